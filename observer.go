@@ -1,0 +1,58 @@
+package idempotency
+
+import (
+	"context"
+	"time"
+)
+
+// Outcome names one decision of the protocol. Outcomes are a small fixed
+// set, safe to use as a metrics label.
+type Outcome string
+
+// Outcomes reported to an Observer. A request reports zero or more step
+// outcomes (Claimed, TakenOver) and exactly one final outcome, whose Event
+// carries the request's duration.
+const (
+	// Steps.
+	OutcomeClaimed   Outcome = "claimed"    // this request claimed a new key
+	OutcomeTakenOver Outcome = "taken_over" // it took over an expired lease or record
+
+	// Final outcomes.
+	OutcomeCommitted   Outcome = "committed"   // handler answered 2xx; order and snapshot committed
+	OutcomeRejected    Outcome = "rejected"    // handler answered a final non-2xx; stored as FAILED
+	OutcomeReleased    Outcome = "released"    // 5xx, panic or error: rolled back, key released
+	OutcomeReplayed    Outcome = "replayed"    // a stored snapshot was replayed
+	OutcomeConflict    Outcome = "conflict"    // same key, different fingerprint
+	OutcomeInProgress  Outcome = "in_progress" // another attempt holds the key
+	OutcomeLeaseLost   Outcome = "lease_lost"  // this attempt lost its lease and rolled back
+	OutcomeInvalid     Outcome = "invalid"     // bad input rejected before the claim
+	OutcomeUnprotected Outcome = "unprotected" // no key, and keys are optional
+	OutcomeStoreError  Outcome = "store_error" // the store failed; nothing was executed or it was rolled back
+	OutcomeUnknown     Outcome = "commit_unknown"
+)
+
+// Event is one observation.
+type Event struct {
+	Route    string // Config.Route
+	Outcome  Outcome
+	Status   int           // HTTP status answered (final outcomes)
+	Replayed Status        // for OutcomeReplayed: the record's final status
+	Duration time.Duration // for final outcomes: time since the request arrived
+	Err      error         // for OutcomeStoreError, OutcomeReleased, OutcomeUnknown
+}
+
+// Observer receives every outcome of the protocol. It must be safe for
+// concurrent use and fast: it runs on the request path.
+type Observer interface {
+	Observe(ctx context.Context, e Event)
+}
+
+// ObserverFunc adapts a function to Observer.
+type ObserverFunc func(ctx context.Context, e Event)
+
+// Observe implements Observer.
+func (f ObserverFunc) Observe(ctx context.Context, e Event) { f(ctx, e) }
+
+type nopObserver struct{}
+
+func (nopObserver) Observe(context.Context, Event) {}

@@ -1,0 +1,193 @@
+package idempotency
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+)
+
+// OrderStatus is the state of a purchase_order row.
+type OrderStatus string
+
+// Order states. An order is inserted INIT and moved to CREATED in the same
+// transaction; PAID and CANCELED follow from CREATED.
+const (
+	OrderInit     OrderStatus = "INIT"
+	OrderCreated  OrderStatus = "CREATED"
+	OrderPaid     OrderStatus = "PAID"
+	OrderCanceled OrderStatus = "CANCELED"
+)
+
+// orderTransitions is the whole state machine: every allowed move.
+var orderTransitions = map[OrderStatus][]OrderStatus{
+	OrderInit:    {OrderCreated, OrderCanceled},
+	OrderCreated: {OrderPaid, OrderCanceled},
+}
+
+// CanTransition reports whether the state machine allows from → to.
+func CanTransition(from, to OrderStatus) bool {
+	for _, s := range orderTransitions[from] {
+		if s == to {
+			return true
+		}
+	}
+	return false
+}
+
+var (
+	// ErrOrderNotFound means no purchase_order row has the order number.
+	ErrOrderNotFound = errors.New("idempotency: order not found")
+
+	// ErrInvalidTransition matches every *TransitionError.
+	ErrInvalidTransition = errors.New("idempotency: invalid order transition")
+
+	// ErrDuplicateOrder means purchase_order already has a row for the
+	// scope and idempotency key (or the order number): the database's last
+	// line of defence refused a second order.
+	ErrDuplicateOrder = errors.New("idempotency: duplicate order")
+)
+
+// TransitionError reports a guarded transition that matched no row because
+// the order was not in the expected state.
+type TransitionError struct {
+	OrderNo string
+	From    OrderStatus // the state the caller expected
+	To      OrderStatus
+	Actual  OrderStatus // the state found, when it could be read
+}
+
+func (e *TransitionError) Error() string {
+	if !CanTransition(e.From, e.To) {
+		return fmt.Sprintf("idempotency: order %s: %s → %s is not a transition of the order state machine", e.OrderNo, e.From, e.To)
+	}
+	return fmt.Sprintf("idempotency: order %s is %s, not %s: cannot move it to %s", e.OrderNo, e.Actual, e.From, e.To)
+}
+
+// Is lets errors.Is(err, ErrInvalidTransition) match.
+func (e *TransitionError) Is(target error) bool { return target == ErrInvalidTransition }
+
+// Order is a purchase_order row.
+type Order struct {
+	OrderNo        string
+	Scope          string
+	IdempotencyKey string // empty for an order created without a key
+	UserID         int64
+	SKUID          int64
+	Quantity       int
+	CouponID       *int64
+	UnitPriceCents int64
+	DiscountCents  int64
+	TotalCents     int64
+	Status         OrderStatus
+}
+
+// Queryer is what GetOrder reads through: *sql.DB, *sql.Tx or *sql.Conn.
+type Queryer interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// CreateOrder inserts o as INIT and moves it to CREATED, both inside tx. A
+// second order for the same scope and key, or the same order number, fails
+// with ErrDuplicateOrder.
+func CreateOrder(ctx context.Context, tx *sql.Tx, o *Order) error {
+	var key any
+	if o.IdempotencyKey != "" {
+		key = o.IdempotencyKey
+	}
+	var coupon any
+	if o.CouponID != nil {
+		coupon = *o.CouponID
+	}
+	_, err := tx.ExecContext(ctx, `INSERT INTO purchase_order
+  (order_no, scope, idempotency_key, user_id, sku_id, quantity, coupon_id,
+   unit_price_cents, discount_cents, total_cents, status)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		o.OrderNo, o.Scope, key, o.UserID, o.SKUID, o.Quantity, coupon,
+		o.UnitPriceCents, o.DiscountCents, o.TotalCents, string(OrderInit))
+	if err != nil {
+		if isUniqueViolation(err) {
+			return fmt.Errorf("%w: %v", ErrDuplicateOrder, err)
+		}
+		return fmt.Errorf("idempotency: insert order: %w", err)
+	}
+	o.Status = OrderInit
+	if err := TransitionOrder(ctx, tx, o.OrderNo, OrderInit, OrderCreated); err != nil {
+		return err
+	}
+	o.Status = OrderCreated
+	return nil
+}
+
+// TransitionOrder moves an order from → to inside tx with one guarded
+// UPDATE (WHERE status = from): never read-then-write, so concurrent cancels,
+// payments and retries cannot overwrite each other. It returns a
+// *TransitionError when the order is not in state from, and ErrOrderNotFound
+// when it does not exist.
+func TransitionOrder(ctx context.Context, tx *sql.Tx, orderNo string, from, to OrderStatus) error {
+	if !CanTransition(from, to) {
+		return &TransitionError{OrderNo: orderNo, From: from, To: to, Actual: from}
+	}
+	res, err := tx.ExecContext(ctx,
+		`UPDATE purchase_order SET status = ?, updated_at = CURRENT_TIMESTAMP WHERE order_no = ? AND status = ?`,
+		string(to), orderNo, string(from))
+	if err != nil {
+		return fmt.Errorf("idempotency: transition order: %w", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("idempotency: transition order: %w", err)
+	}
+	if n == 1 {
+		return nil
+	}
+	// The write is done (and refused); this read only explains why.
+	var actual string
+	err = tx.QueryRowContext(ctx, `SELECT status FROM purchase_order WHERE order_no = ?`, orderNo).Scan(&actual)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("%w: %s", ErrOrderNotFound, orderNo)
+	}
+	return &TransitionError{OrderNo: orderNo, From: from, To: to, Actual: OrderStatus(actual)}
+}
+
+// GetOrder reads an order by number.
+func GetOrder(ctx context.Context, q Queryer, orderNo string) (*Order, error) {
+	o := &Order{}
+	var key sql.NullString
+	var coupon sql.NullInt64
+	var status string
+	err := q.QueryRowContext(ctx, `SELECT order_no, scope, idempotency_key, user_id, sku_id, quantity, coupon_id,
+  unit_price_cents, discount_cents, total_cents, status
+FROM purchase_order WHERE order_no = ?`, orderNo).Scan(
+		&o.OrderNo, &o.Scope, &key, &o.UserID, &o.SKUID, &o.Quantity, &coupon,
+		&o.UnitPriceCents, &o.DiscountCents, &o.TotalCents, &status)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("%w: %s", ErrOrderNotFound, orderNo)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("idempotency: get order: %w", err)
+	}
+	o.IdempotencyKey = key.String
+	if coupon.Valid {
+		o.CouponID = &coupon.Int64
+	}
+	o.Status = OrderStatus(status)
+	return o, nil
+}
+
+// isUniqueViolation recognises a unique-key violation from MySQL (1062) or
+// from SQLite (extended codes 1555 and 2067), without importing a SQLite
+// driver into this package.
+func isUniqueViolation(err error) bool {
+	if mysqlErrorIs(err, mysqlErrDupEntry) {
+		return true
+	}
+	var coded interface{ Code() int }
+	if errors.As(err, &coded) {
+		switch coded.Code() {
+		case 1555, 2067: // SQLITE_CONSTRAINT_PRIMARYKEY, SQLITE_CONSTRAINT_UNIQUE
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,291 @@
+package idempotency
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// Dialect is the hand-written SQL of one database for SQLStore. Each
+// statement takes its parameters in the order its doc gives; durations are
+// passed as integer microseconds and all time arithmetic happens on the
+// database's clock.
+type Dialect struct {
+	// Name identifies the dialect in errors ("mysql", "sqlite").
+	Name string
+
+	// Claim inserts a PROCESSING record with lease_version 1.
+	// Params: scope, key, fingerprint, owner, lease µs, retention µs.
+	Claim string
+
+	// Lookup selects one record. Params: scope, key. Columns:
+	// request_fingerprint, status, locked_by, lease_version, response_status,
+	// response_headers, response_body, created_at, updated_at, locked_until,
+	// expires_at, lease_expired (0/1), expired (0/1).
+	Lookup string
+
+	// TakeOver re-claims a record whose lease or retention has expired,
+	// matching lease_version and bumping it.
+	// Params: fingerprint, owner, lease µs, retention µs, scope, key, version.
+	TakeOver string
+
+	// Finish moves a PROCESSING record to a final status, fenced by owner and
+	// version, bumping lease_version.
+	// Params: status, response_status, response_headers, response_body,
+	// retention µs, scope, key, owner, version.
+	Finish string
+
+	// Release deletes a PROCESSING record, fenced.
+	// Params: scope, key, owner, version.
+	Release string
+
+	// Extend moves locked_until to now + lease, fenced.
+	// Params: lease µs, scope, key, owner, version.
+	Extend string
+
+	// IsDuplicate reports a unique-key violation.
+	IsDuplicate func(error) bool
+	// IsLeaseConflict reports an error that means a concurrent change to the
+	// record (MariaDB 1020 under innodb_snapshot_isolation): treated as a
+	// lost lease.
+	IsLeaseConflict func(error) bool
+	// IsTransient reports an error worth retrying for a single autocommit
+	// statement (deadlock, lock wait timeout, SQLITE_BUSY).
+	IsTransient func(error) bool
+	// IsServerError reports an error the database server answered with, as
+	// opposed to a broken connection. A COMMIT that fails with a server error
+	// did not commit; one that fails otherwise may have.
+	IsServerError func(error) bool
+}
+
+// SQLStore is a Store over database/sql, parameterised by a Dialect.
+type SQLStore struct {
+	db      *sql.DB
+	dialect Dialect
+
+	// retries bounds how often a transient error on a single statement is
+	// retried; backoff is jittered between retryBase and 2*retryBase.
+	retries   int
+	retryBase time.Duration
+}
+
+var _ Store = (*SQLStore)(nil)
+
+// NewSQLStore returns a Store that runs d's statements on db.
+func NewSQLStore(db *sql.DB, d Dialect) *SQLStore {
+	return &SQLStore{db: db, dialect: d, retries: 4, retryBase: 5 * time.Millisecond}
+}
+
+// DB returns the underlying database handle.
+func (s *SQLStore) DB() *sql.DB { return s.db }
+
+// Dialect returns the store's dialect.
+func (s *SQLStore) Dialect() Dialect { return s.dialect }
+
+// exec runs an autocommit statement, retrying transient failures (deadlock,
+// lock wait timeout) with bounded jittered backoff. Autocommit statements roll
+// back on those errors by themselves, so retrying never leaves a transaction
+// open.
+func (s *SQLStore) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	for attempt := 0; ; attempt++ {
+		res, err := s.db.ExecContext(ctx, query, args...)
+		if err == nil || attempt >= s.retries || !s.dialect.IsTransient(err) {
+			return res, err
+		}
+		backoff := s.retryBase<<attempt + time.Duration(rand.Int64N(int64(s.retryBase<<attempt)+1))
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(backoff):
+		}
+	}
+}
+
+// Claim implements Store.
+func (s *SQLStore) Claim(ctx context.Context, c Claim) (Lease, error) {
+	_, err := s.exec(ctx, s.dialect.Claim, c.Scope, c.Key, c.Fingerprint, c.Owner,
+		c.Lease.Microseconds(), c.Retention.Microseconds())
+	if err != nil {
+		if s.dialect.IsDuplicate(err) {
+			return Lease{}, ErrKeyClaimed
+		}
+		return Lease{}, fmt.Errorf("idempotency: claim: %w", err)
+	}
+	return Lease{Scope: c.Scope, Key: c.Key, Owner: c.Owner, Version: 1}, nil
+}
+
+// Lookup implements Store.
+func (s *SQLStore) Lookup(ctx context.Context, scope, key string) (*Record, error) {
+	rec := &Record{Scope: scope, Key: key}
+	var (
+		status                                   string
+		respStatus                               sql.NullInt64
+		respHeaders                              []byte
+		respBody                                 []byte
+		created, updated, lockedUntil, expiresAt dbTime
+		leaseExpired, expired                    sql.NullBool
+	)
+	err := s.db.QueryRowContext(ctx, s.dialect.Lookup, scope, key).Scan(
+		&rec.Fingerprint, &status, &rec.Owner, &rec.Version, &respStatus, &respHeaders, &respBody,
+		&created, &updated, &lockedUntil, &expiresAt, &leaseExpired, &expired)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, ErrRecordNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("idempotency: lookup: %w", err)
+	}
+	rec.Status = Status(status)
+	rec.CreatedAt, rec.UpdatedAt = created.Time, updated.Time
+	rec.LockedUntil, rec.ExpiresAt = lockedUntil.Time, expiresAt.Time
+	rec.LeaseExpired, rec.Expired = leaseExpired.Bool, expired.Bool
+	if respStatus.Valid {
+		snap := &Snapshot{StatusCode: int(respStatus.Int64), Body: respBody, Header: http.Header{}}
+		if len(respHeaders) > 0 {
+			if err := json.Unmarshal(respHeaders, &snap.Header); err != nil {
+				return nil, fmt.Errorf("idempotency: lookup: stored headers: %w", err)
+			}
+		}
+		if snap.Body == nil {
+			snap.Body = []byte{}
+		}
+		rec.Snapshot = snap
+	}
+	return rec, nil
+}
+
+// TakeOver implements Store.
+func (s *SQLStore) TakeOver(ctx context.Context, c Claim, version int64) (Lease, error) {
+	res, err := s.exec(ctx, s.dialect.TakeOver, c.Fingerprint, c.Owner,
+		c.Lease.Microseconds(), c.Retention.Microseconds(), c.Scope, c.Key, version)
+	if err := s.fenced(res, err, "take over"); err != nil {
+		return Lease{}, err
+	}
+	return Lease{Scope: c.Scope, Key: c.Key, Owner: c.Owner, Version: version + 1}, nil
+}
+
+// BeginTx implements Store.
+func (s *SQLStore) BeginTx(ctx context.Context) (*sql.Tx, error) {
+	return s.db.BeginTx(ctx, nil)
+}
+
+// FinishTx implements Store.
+func (s *SQLStore) FinishTx(ctx context.Context, tx *sql.Tx, l Lease, st Status, snap *Snapshot, retention time.Duration) (Lease, error) {
+	args, err := finishArgs(l, st, snap, retention)
+	if err != nil {
+		return Lease{}, err
+	}
+	res, err := tx.ExecContext(ctx, s.dialect.Finish, args...)
+	if err := s.fenced(res, err, "finish"); err != nil {
+		return Lease{}, err
+	}
+	l.Version++
+	return l, nil
+}
+
+// Finish implements Store.
+func (s *SQLStore) Finish(ctx context.Context, l Lease, st Status, snap *Snapshot, retention time.Duration) (Lease, error) {
+	args, err := finishArgs(l, st, snap, retention)
+	if err != nil {
+		return Lease{}, err
+	}
+	res, err := s.exec(ctx, s.dialect.Finish, args...)
+	if err := s.fenced(res, err, "finish"); err != nil {
+		return Lease{}, err
+	}
+	l.Version++
+	return l, nil
+}
+
+// Release implements Store.
+func (s *SQLStore) Release(ctx context.Context, l Lease) error {
+	res, err := s.exec(ctx, s.dialect.Release, l.Scope, l.Key, l.Owner, l.Version)
+	return s.fenced(res, err, "release")
+}
+
+// Extend implements Store.
+func (s *SQLStore) Extend(ctx context.Context, l Lease, d time.Duration) error {
+	res, err := s.exec(ctx, s.dialect.Extend, d.Microseconds(), l.Scope, l.Key, l.Owner, l.Version)
+	return s.fenced(res, err, "extend lease")
+}
+
+// fenced turns the result of a fenced statement into ErrLeaseLost when it
+// matched no row. Every fenced statement changes the row it matches (it bumps
+// lease_version or moves locked_until), so RowsAffected is reliable without
+// the driver's clientFoundRows option.
+func (s *SQLStore) fenced(res sql.Result, err error, op string) error {
+	if err != nil {
+		if s.dialect.IsLeaseConflict(err) {
+			return fmt.Errorf("idempotency: %s: %w (%v)", op, ErrLeaseLost, err)
+		}
+		return fmt.Errorf("idempotency: %s: %w", op, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("idempotency: %s: %w", op, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("idempotency: %s: %w", op, ErrLeaseLost)
+	}
+	return nil
+}
+
+func finishArgs(l Lease, st Status, snap *Snapshot, retention time.Duration) ([]any, error) {
+	if !st.Final() {
+		return nil, fmt.Errorf("idempotency: finish with non-final status %q", st)
+	}
+	if snap == nil {
+		return nil, errors.New("idempotency: finish without a snapshot")
+	}
+	headers, err := json.Marshal(snap.Header)
+	if err != nil {
+		return nil, fmt.Errorf("idempotency: encode snapshot headers: %w", err)
+	}
+	body := snap.Body
+	if body == nil {
+		body = []byte{}
+	}
+	return []any{string(st), snap.StatusCode, headers, body, retention.Microseconds(),
+		l.Scope, l.Key, l.Owner, l.Version}, nil
+}
+
+// dbTime scans the time representations the supported drivers produce:
+// time.Time (MySQL with parseTime=true), text (MySQL without it) and integer
+// Unix microseconds (the SQLite schema).
+type dbTime struct{ Time time.Time }
+
+func (t *dbTime) Scan(v any) error {
+	switch v := v.(type) {
+	case nil:
+		t.Time = time.Time{}
+	case time.Time:
+		t.Time = v.UTC()
+	case int64:
+		t.Time = time.UnixMicro(v).UTC()
+	case []byte:
+		return t.parse(string(v))
+	case string:
+		return t.parse(v)
+	default:
+		return fmt.Errorf("idempotency: cannot scan %T as time", v)
+	}
+	return nil
+}
+
+func (t *dbTime) parse(s string) error {
+	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+		t.Time = time.UnixMicro(n).UTC()
+		return nil
+	}
+	parsed, err := time.Parse("2006-01-02 15:04:05.999999", s)
+	if err != nil {
+		return fmt.Errorf("idempotency: scan time %q: %w", s, err)
+	}
+	t.Time = parsed
+	return nil
+}

@@ -1,0 +1,105 @@
+package idempotency
+
+import (
+	"context"
+	"database/sql"
+	"net/http"
+	"time"
+)
+
+// Status is the state of an idempotency record.
+type Status string
+
+// Record states. PROCESSING is held under a lease; DONE and FAILED are final
+// and carry the snapshot that every retry replays.
+const (
+	StatusProcessing Status = "PROCESSING"
+	StatusDone       Status = "DONE"
+	StatusFailed     Status = "FAILED"
+)
+
+// Final reports whether s is a final state (DONE or FAILED).
+func (s Status) Final() bool { return s == StatusDone || s == StatusFailed }
+
+// Snapshot is a stored response: what every retry of a finished key receives.
+type Snapshot struct {
+	StatusCode int
+	Header     http.Header
+	Body       []byte
+}
+
+// Lease identifies one attempt's hold on a record. Every statement that
+// changes a claimed record matches Owner and Version, so an attempt whose lease
+// was taken over can never finish, release or extend its successor's claim.
+type Lease struct {
+	Scope   string
+	Key     string
+	Owner   string // instance id plus a random per-attempt token
+	Version int64  // fencing token, bumped by every takeover and finish
+}
+
+// Record is an idempotency record as read from a Store.
+type Record struct {
+	Scope       string
+	Key         string
+	Fingerprint string
+	Status      Status
+	Owner       string
+	Version     int64
+	Snapshot    *Snapshot // set when Status is final
+
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
+	LockedUntil time.Time // zero once final
+	ExpiresAt   time.Time
+
+	// LeaseExpired and Expired are judged by the store's clock at read time,
+	// so the application never compares its own clock with the database's.
+	LeaseExpired bool
+	Expired      bool
+}
+
+// Claim describes a new attempt on a key.
+type Claim struct {
+	Scope       string
+	Key         string
+	Fingerprint string
+	Owner       string
+	Lease       time.Duration // how long the PROCESSING record is held
+	Retention   time.Duration // how long the record lives before the key is new again
+}
+
+// Store keeps idempotency records. Implementations translate driver errors
+// into this package's sentinels: ErrKeyClaimed, ErrRecordNotFound and
+// ErrLeaseLost. The stores shipped here are SQL stores (MySQL in this
+// package, SQLite in package sqlite); all pass storetest.Exercise.
+type Store interface {
+	// Claim inserts a PROCESSING record in its own autocommit statement. It
+	// returns ErrKeyClaimed if a record for the scope and key exists.
+	Claim(ctx context.Context, c Claim) (Lease, error)
+
+	// Lookup reads the record with a fresh statement outside any transaction.
+	Lookup(ctx context.Context, scope, key string) (*Record, error)
+
+	// TakeOver claims a record read at version whose lease has expired or
+	// whose retention has passed. Exactly one of several racing callers wins;
+	// the others get ErrLeaseLost.
+	TakeOver(ctx context.Context, c Claim, version int64) (Lease, error)
+
+	// BeginTx starts the transaction in which the business handler runs.
+	BeginTx(ctx context.Context) (*sql.Tx, error)
+
+	// FinishTx marks the record final with its snapshot inside tx, fenced by
+	// the lease. It returns ErrLeaseLost if the lease is no longer held.
+	FinishTx(ctx context.Context, tx *sql.Tx, l Lease, s Status, snap *Snapshot, retention time.Duration) (Lease, error)
+
+	// Finish is FinishTx in its own autocommit statement.
+	Finish(ctx context.Context, l Lease, s Status, snap *Snapshot, retention time.Duration) (Lease, error)
+
+	// Release deletes a PROCESSING record held by l so that the key can
+	// execute again. It returns ErrLeaseLost if l no longer holds it.
+	Release(ctx context.Context, l Lease) error
+
+	// Extend pushes the lease's expiry to now+d by the store's clock.
+	Extend(ctx context.Context, l Lease, d time.Duration) error
+}

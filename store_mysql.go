@@ -1,0 +1,89 @@
+package idempotency
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/orderguard/idempotency/migrations"
+)
+
+// MySQL server error numbers the store translates.
+const (
+	mysqlErrDupEntry        = 1062
+	mysqlErrLockDeadlock    = 1213
+	mysqlErrLockWaitTimeout = 1205
+	mysqlErrRecordChanged   = 1020 // MariaDB with innodb_snapshot_isolation=ON
+)
+
+// MySQLDialect is the SQL of MySQL 8 and MariaDB 10.6+. It uses only
+// DATETIME(6), NOW(6) and INTERVAL arithmetic that both accept.
+var MySQLDialect = Dialect{
+	Name: "mysql",
+	Claim: `INSERT INTO idempotency_record
+  (scope, idempotency_key, request_fingerprint, status, locked_by, lease_version,
+   locked_until, created_at, updated_at, expires_at)
+VALUES (?, ?, ?, 'PROCESSING', ?, 1,
+   NOW(6) + INTERVAL ? MICROSECOND, NOW(6), NOW(6), NOW(6) + INTERVAL ? MICROSECOND)`,
+	Lookup: `SELECT request_fingerprint, status, locked_by, lease_version,
+  response_status, response_headers, response_body,
+  created_at, updated_at, locked_until, expires_at,
+  locked_until IS NULL OR locked_until <= NOW(6), expires_at <= NOW(6)
+FROM idempotency_record WHERE scope = ? AND idempotency_key = ?`,
+	// MySQL evaluates single-table SET assignments left to right, so
+	// created_at is computed from the old expires_at before it changes.
+	TakeOver: `UPDATE idempotency_record SET
+  created_at = IF(expires_at <= NOW(6), NOW(6), created_at),
+  request_fingerprint = ?, status = 'PROCESSING', locked_by = ?,
+  lease_version = lease_version + 1,
+  locked_until = NOW(6) + INTERVAL ? MICROSECOND,
+  response_status = NULL, response_headers = NULL, response_body = NULL,
+  updated_at = NOW(6), expires_at = NOW(6) + INTERVAL ? MICROSECOND
+WHERE scope = ? AND idempotency_key = ? AND lease_version = ?
+  AND (expires_at <= NOW(6) OR (status = 'PROCESSING' AND locked_until <= NOW(6)))`,
+	Finish: `UPDATE idempotency_record SET
+  status = ?, response_status = ?, response_headers = ?, response_body = ?,
+  lease_version = lease_version + 1, locked_until = NULL,
+  updated_at = NOW(6), expires_at = NOW(6) + INTERVAL ? MICROSECOND
+WHERE scope = ? AND idempotency_key = ? AND locked_by = ? AND lease_version = ?
+  AND status = 'PROCESSING'`,
+	Release: `DELETE FROM idempotency_record
+WHERE scope = ? AND idempotency_key = ? AND locked_by = ? AND lease_version = ?
+  AND status = 'PROCESSING'`,
+	Extend: `UPDATE idempotency_record SET
+  locked_until = NOW(6) + INTERVAL ? MICROSECOND, updated_at = NOW(6)
+WHERE scope = ? AND idempotency_key = ? AND locked_by = ? AND lease_version = ?
+  AND status = 'PROCESSING'`,
+	IsDuplicate:     func(err error) bool { return mysqlErrorIs(err, mysqlErrDupEntry) },
+	IsLeaseConflict: func(err error) bool { return mysqlErrorIs(err, mysqlErrRecordChanged) },
+	IsTransient: func(err error) bool {
+		return mysqlErrorIs(err, mysqlErrLockDeadlock) || mysqlErrorIs(err, mysqlErrLockWaitTimeout)
+	},
+	IsServerError: func(err error) bool {
+		var me *mysql.MySQLError
+		return errors.As(err, &me)
+	},
+}
+
+func mysqlErrorIs(err error, number uint16) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && me.Number == number
+}
+
+// NewMySQLStore returns the Store for MySQL 8 and MariaDB 10.6+.
+//
+// Open db with interpolateParams=true: every statement here is a single
+// round trip then, instead of prepare, execute and close. parseTime is
+// optional; the store reads times either way.
+func NewMySQLStore(db *sql.DB) *SQLStore {
+	return NewSQLStore(db, MySQLDialect)
+}
+
+// Migrate applies the MySQL schema (idempotency_record and the reference
+// purchase_order table) and records applied versions in schema_migrations.
+// It is safe to call on every start.
+func Migrate(ctx context.Context, db *sql.DB) error {
+	return migrations.Apply(ctx, db, "mysql")
+}

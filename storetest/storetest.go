@@ -1,0 +1,277 @@
+// Package storetest is the conformance suite every idempotency.Store must
+// pass. A store's test calls Exercise with a constructor that returns a store
+// over a fresh, migrated database.
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/orderguard/idempotency"
+)
+
+// Exercise runs the conformance suite. newStore is called once per subtest
+// and must return a store over an empty, migrated database.
+func Exercise(t *testing.T, newStore func(t *testing.T) idempotency.Store) {
+	ctx := context.Background()
+	claim := func(scope, key string) idempotency.Claim {
+		return idempotency.Claim{
+			Scope: scope, Key: key, Fingerprint: "fp-" + key, Owner: "owner-" + key,
+			Lease: time.Minute, Retention: time.Hour,
+		}
+	}
+	snap := &idempotency.Snapshot{
+		StatusCode: http.StatusCreated,
+		Header:     http.Header{"Content-Type": {"application/json"}, "Location": {"/orders/1"}},
+		Body:       []byte(`{"order_no":"1"}`),
+	}
+
+	t.Run("Claim_NewKey_CreatesProcessingRecord", func(t *testing.T) {
+		s := newStore(t)
+		lease, err := s.Claim(ctx, claim("s", "k"))
+		require.NoError(t, err)
+		require.Equal(t, idempotency.Lease{Scope: "s", Key: "k", Owner: "owner-k", Version: 1}, lease)
+
+		rec, err := s.Lookup(ctx, "s", "k")
+		require.NoError(t, err)
+		require.Equal(t, idempotency.StatusProcessing, rec.Status)
+		require.Equal(t, "fp-k", rec.Fingerprint)
+		require.Equal(t, "owner-k", rec.Owner)
+		require.EqualValues(t, 1, rec.Version)
+		require.False(t, rec.LeaseExpired)
+		require.False(t, rec.Expired)
+		require.Nil(t, rec.Snapshot)
+		require.True(t, rec.LockedUntil.After(rec.CreatedAt))
+		require.True(t, rec.ExpiresAt.After(rec.LockedUntil))
+	})
+
+	t.Run("Claim_ExistingKey_ReturnsErrKeyClaimed", func(t *testing.T) {
+		s := newStore(t)
+		_, err := s.Claim(ctx, claim("s", "k"))
+		require.NoError(t, err)
+		_, err = s.Claim(ctx, claim("s", "k"))
+		require.ErrorIs(t, err, idempotency.ErrKeyClaimed)
+	})
+
+	t.Run("Claim_KeysAreCaseSensitiveAndScoped", func(t *testing.T) {
+		s := newStore(t)
+		for _, c := range []idempotency.Claim{claim("s", "k"), claim("s", "K"), claim("other", "k"), claim("", "k")} {
+			_, err := s.Claim(ctx, c)
+			require.NoError(t, err, "scope %q key %q", c.Scope, c.Key)
+		}
+	})
+
+	t.Run("Lookup_Missing_ReturnsErrRecordNotFound", func(t *testing.T) {
+		s := newStore(t)
+		_, err := s.Lookup(ctx, "s", "nope")
+		require.ErrorIs(t, err, idempotency.ErrRecordNotFound)
+	})
+
+	t.Run("FinishTx_CommitsSnapshotWithTransaction", func(t *testing.T) {
+		s := newStore(t)
+		lease, err := s.Claim(ctx, claim("s", "k"))
+		require.NoError(t, err)
+		tx, err := s.BeginTx(ctx)
+		require.NoError(t, err)
+		finished, err := s.FinishTx(ctx, tx, lease, idempotency.StatusDone, snap, time.Hour)
+		require.NoError(t, err)
+		require.EqualValues(t, 2, finished.Version)
+		require.NoError(t, tx.Commit())
+
+		rec, err := s.Lookup(ctx, "s", "k")
+		require.NoError(t, err)
+		require.Equal(t, idempotency.StatusDone, rec.Status)
+		require.EqualValues(t, 2, rec.Version)
+		require.Equal(t, snap, rec.Snapshot)
+		require.True(t, rec.LockedUntil.IsZero())
+	})
+
+	t.Run("FinishTx_RolledBack_LeavesRecordProcessing", func(t *testing.T) {
+		s := newStore(t)
+		lease, err := s.Claim(ctx, claim("s", "k"))
+		require.NoError(t, err)
+		tx, err := s.BeginTx(ctx)
+		require.NoError(t, err)
+		_, err = s.FinishTx(ctx, tx, lease, idempotency.StatusDone, snap, time.Hour)
+		require.NoError(t, err)
+		require.NoError(t, tx.Rollback())
+
+		rec, err := s.Lookup(ctx, "s", "k")
+		require.NoError(t, err)
+		require.Equal(t, idempotency.StatusProcessing, rec.Status)
+		require.Nil(t, rec.Snapshot)
+	})
+
+	t.Run("Finish_StoresEmptyBodyAndFailedStatus", func(t *testing.T) {
+		s := newStore(t)
+		lease, err := s.Claim(ctx, claim("s", "k"))
+		require.NoError(t, err)
+		rejected := &idempotency.Snapshot{StatusCode: 422, Header: http.Header{}, Body: []byte{}}
+		_, err = s.Finish(ctx, lease, idempotency.StatusFailed, rejected, time.Hour)
+		require.NoError(t, err)
+		rec, err := s.Lookup(ctx, "s", "k")
+		require.NoError(t, err)
+		require.Equal(t, idempotency.StatusFailed, rec.Status)
+		require.Equal(t, rejected, rec.Snapshot)
+	})
+
+	t.Run("FencedStatements_WithStaleLease_ReturnErrLeaseLost", func(t *testing.T) {
+		s := newStore(t)
+		lease, err := s.Claim(ctx, claim("s", "k"))
+		require.NoError(t, err)
+		stale := []idempotency.Lease{
+			{Scope: "s", Key: "k", Owner: "someone-else", Version: lease.Version},
+			{Scope: "s", Key: "k", Owner: lease.Owner, Version: lease.Version + 1},
+			{Scope: "s", Key: "other", Owner: lease.Owner, Version: lease.Version},
+		}
+		for i, l := range stale {
+			t.Run(fmt.Sprint(i), func(t *testing.T) {
+				_, err := s.Finish(ctx, l, idempotency.StatusDone, snap, time.Hour)
+				require.ErrorIs(t, err, idempotency.ErrLeaseLost)
+				require.ErrorIs(t, s.Release(ctx, l), idempotency.ErrLeaseLost)
+				require.ErrorIs(t, s.Extend(ctx, l, time.Minute), idempotency.ErrLeaseLost)
+				tx, err := s.BeginTx(ctx)
+				require.NoError(t, err)
+				_, err = s.FinishTx(ctx, tx, l, idempotency.StatusDone, snap, time.Hour)
+				require.ErrorIs(t, err, idempotency.ErrLeaseLost)
+				require.NoError(t, tx.Rollback())
+			})
+		}
+		rec, err := s.Lookup(ctx, "s", "k")
+		require.NoError(t, err)
+		require.Equal(t, idempotency.StatusProcessing, rec.Status, "no stale statement may change the record")
+		require.Equal(t, lease.Version, rec.Version)
+	})
+
+	t.Run("Finish_OnFinalRecord_ReturnsErrLeaseLost", func(t *testing.T) {
+		s := newStore(t)
+		lease, err := s.Claim(ctx, claim("s", "k"))
+		require.NoError(t, err)
+		_, err = s.Finish(ctx, lease, idempotency.StatusDone, snap, time.Hour)
+		require.NoError(t, err)
+		_, err = s.Finish(ctx, lease, idempotency.StatusDone, snap, time.Hour)
+		require.ErrorIs(t, err, idempotency.ErrLeaseLost)
+		require.ErrorIs(t, s.Release(ctx, lease), idempotency.ErrLeaseLost)
+	})
+
+	t.Run("Release_DeletesRecordSoKeyCanBeClaimedAgain", func(t *testing.T) {
+		s := newStore(t)
+		lease, err := s.Claim(ctx, claim("s", "k"))
+		require.NoError(t, err)
+		require.NoError(t, s.Release(ctx, lease))
+		_, err = s.Lookup(ctx, "s", "k")
+		require.ErrorIs(t, err, idempotency.ErrRecordNotFound)
+		_, err = s.Claim(ctx, claim("s", "k"))
+		require.NoError(t, err)
+	})
+
+	t.Run("TakeOver_LiveLease_IsRefused", func(t *testing.T) {
+		s := newStore(t)
+		lease, err := s.Claim(ctx, claim("s", "k"))
+		require.NoError(t, err)
+		_, err = s.TakeOver(ctx, claim("s", "k"), lease.Version)
+		require.ErrorIs(t, err, idempotency.ErrLeaseLost)
+	})
+
+	t.Run("TakeOver_ExpiredLease_ExactlyOneOfManyWins", func(t *testing.T) {
+		s := newStore(t)
+		c := claim("s", "k")
+		c.Lease = time.Microsecond
+		lease, err := s.Claim(ctx, c)
+		require.NoError(t, err)
+		require.Eventually(t, func() bool {
+			rec, err := s.Lookup(ctx, "s", "k")
+			return err == nil && rec.LeaseExpired
+		}, 5*time.Second, time.Millisecond)
+
+		const racers = 8
+		var wins, losses int
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		for i := range racers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				rc := claim("s", "k")
+				rc.Owner = fmt.Sprintf("racer-%d", i)
+				_, err := s.TakeOver(ctx, rc, lease.Version)
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case err == nil:
+					wins++
+				case errors.Is(err, idempotency.ErrLeaseLost):
+					losses++
+				default:
+					t.Errorf("racer %d: %v", i, err)
+				}
+			}()
+		}
+		wg.Wait()
+		require.Equal(t, 1, wins)
+		require.Equal(t, racers-1, losses)
+
+		rec, err := s.Lookup(ctx, "s", "k")
+		require.NoError(t, err)
+		require.EqualValues(t, 2, rec.Version)
+		require.False(t, rec.LeaseExpired)
+		_, err = s.Finish(ctx, lease, idempotency.StatusDone, snap, time.Hour)
+		require.ErrorIs(t, err, idempotency.ErrLeaseLost, "the original holder is fenced out")
+	})
+
+	t.Run("TakeOver_ExpiredRetention_ReclaimsFinalRecordWithNewFingerprint", func(t *testing.T) {
+		s := newStore(t)
+		c := claim("s", "k")
+		lease, err := s.Claim(ctx, c)
+		require.NoError(t, err)
+		finished, err := s.Finish(ctx, lease, idempotency.StatusDone, snap, time.Microsecond)
+		require.NoError(t, err)
+		require.Eventually(t, func() bool {
+			rec, err := s.Lookup(ctx, "s", "k")
+			return err == nil && rec.Expired
+		}, 5*time.Second, time.Millisecond)
+
+		c.Fingerprint, c.Owner = "fp-new", "owner-new"
+		taken, err := s.TakeOver(ctx, c, finished.Version)
+		require.NoError(t, err)
+		rec, err := s.Lookup(ctx, "s", "k")
+		require.NoError(t, err)
+		require.Equal(t, idempotency.StatusProcessing, rec.Status)
+		require.Equal(t, "fp-new", rec.Fingerprint)
+		require.Equal(t, taken.Version, rec.Version)
+		require.Nil(t, rec.Snapshot, "the old snapshot is gone")
+	})
+
+	t.Run("TakeOver_FinalRecordWithinRetention_IsRefused", func(t *testing.T) {
+		s := newStore(t)
+		c := claim("s", "k")
+		c.Lease = time.Microsecond
+		lease, err := s.Claim(ctx, c)
+		require.NoError(t, err)
+		finished, err := s.Finish(ctx, lease, idempotency.StatusDone, snap, time.Hour)
+		require.NoError(t, err)
+		_, err = s.TakeOver(ctx, c, finished.Version)
+		require.ErrorIs(t, err, idempotency.ErrLeaseLost)
+	})
+
+	t.Run("Extend_MovesLockedUntil", func(t *testing.T) {
+		s := newStore(t)
+		c := claim("s", "k")
+		c.Lease = time.Second
+		lease, err := s.Claim(ctx, c)
+		require.NoError(t, err)
+		before, err := s.Lookup(ctx, "s", "k")
+		require.NoError(t, err)
+		require.NoError(t, s.Extend(ctx, lease, time.Hour))
+		after, err := s.Lookup(ctx, "s", "k")
+		require.NoError(t, err)
+		require.True(t, after.LockedUntil.Sub(before.LockedUntil) > 30*time.Minute)
+	})
+}
