@@ -1,0 +1,457 @@
+// Package orderservice is the example order API: create, read, cancel and
+// pay orders over MySQL or SQLite, with every write protected by the
+// idempotency middleware. The example server, the benchmarks and the tests
+// all serve these handlers.
+//
+// Contract:
+//
+//	POST /orders                   create (Idempotency-Key required)  201, 4xx
+//	GET  /orders/{order_no}        read (owner only, else 404)        200, 404
+//	POST /orders/{order_no}/cancel CREATED → CANCELED (key required)  200, 409
+//	POST /orders/{order_no}/pay    CREATED → PAID (key required)      200, 409
+//	GET  /healthz                                                     200
+//
+// X-User-ID stands in for authentication: it is required (401) and is the
+// scope of every idempotency key.
+package orderservice
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"embed"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"strconv"
+	"time"
+
+	"github.com/orderguard/idempotency"
+	"github.com/orderguard/idempotency/migrations"
+)
+
+// Catalog facts the seed data establishes.
+const (
+	FirstSKU            = 20001
+	LastSKU             = 20100
+	FirstCoupon         = 1
+	LastCoupon          = 1000
+	CouponDiscountCents = 500
+)
+
+// SKUPriceCents is the seeded price of a catalog SKU.
+func SKUPriceCents(sku int64) int64 { return 1000 + (sku-FirstSKU)*25 }
+
+// Problem kinds of this service, beside the middleware's.
+const (
+	ProblemInvalidTransition = "invalid-transition"
+	ProblemForbidden         = "forbidden"
+	ProblemNotFound          = "not-found"
+	ProblemUnknownSKU        = "unknown-sku"
+	ProblemInvalidQuantity   = "invalid-quantity"
+	ProblemCouponUnavailable = "coupon-unavailable"
+)
+
+// Options configure the service.
+type Options struct {
+	// Idempotency wraps the write handlers with the middleware. When false
+	// every request runs in its own transaction, unprotected: the baseline
+	// for benchmarks and simulations.
+	Idempotency bool
+
+	// Store is the idempotency store (required when Idempotency is set).
+	Store idempotency.Store
+
+	// Config is the base middleware configuration; Route and Fingerprint
+	// are set per route.
+	Config idempotency.Config
+
+	// HandlerDelay is an artificial delay inside the create transaction.
+	HandlerDelay time.Duration
+}
+
+// Service serves the order API.
+type Service struct {
+	db   *sql.DB
+	opts Options
+	mux  *http.ServeMux
+}
+
+// New returns the service over db, whose schema Setup has prepared.
+func New(db *sql.DB, opts Options) (*Service, error) {
+	s := &Service{db: db, opts: opts, mux: http.NewServeMux()}
+	create, err := s.protect("create_order", idempotency.FingerprintConfig{
+		// The seed's whitelist DTO: only what changes the order counts.
+		Fields: []string{"user_id", "sku_id", "quantity", "coupon_id"},
+	}, s.createOrder)
+	if err != nil {
+		return nil, err
+	}
+	cancel, err := s.protect("cancel_order", idempotency.FingerprintConfig{}, s.transition(idempotency.OrderCreated, idempotency.OrderCanceled))
+	if err != nil {
+		return nil, err
+	}
+	pay, err := s.protect("pay_order", idempotency.FingerprintConfig{}, s.transition(idempotency.OrderCreated, idempotency.OrderPaid))
+	if err != nil {
+		return nil, err
+	}
+	s.mux.Handle("POST /orders", s.authenticated(validateCreate(create)))
+	s.mux.Handle("GET /orders/{order_no}", s.authenticated(http.HandlerFunc(s.getOrder)))
+	s.mux.Handle("POST /orders/{order_no}/cancel", s.authenticated(cancel))
+	s.mux.Handle("POST /orders/{order_no}/pay", s.authenticated(pay))
+	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"status":"ok"}`+"\n")
+	})
+	return s, nil
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Service) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+// txHandler is a write handler: it runs inside tx and returns its answer;
+// the caller commits on 2xx and rolls back otherwise.
+type txHandler func(ctx context.Context, tx *sql.Tx, r *http.Request) answer
+
+type answer struct {
+	status  int
+	header  http.Header
+	body    any
+	problem *idempotency.Problem
+}
+
+func (a answer) write(w http.ResponseWriter) {
+	if a.problem != nil {
+		idempotency.WriteProblem(w, a.problem)
+		return
+	}
+	for k, v := range a.header {
+		w.Header()[k] = v
+	}
+	writeJSON(w, a.status, a.body)
+}
+
+// protect wraps a write handler with the idempotency middleware, or, with
+// idempotency off, with a plain transaction per request.
+func (s *Service) protect(route string, fp idempotency.FingerprintConfig, h txHandler) (http.Handler, error) {
+	if !s.opts.Idempotency {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			tx, err := s.db.BeginTx(r.Context(), nil)
+			if err != nil {
+				internalError(w, err)
+				return
+			}
+			a := h(r.Context(), tx, r)
+			if a.problem == nil && a.status >= 200 && a.status < 300 {
+				if err := tx.Commit(); err != nil {
+					internalError(w, err)
+					return
+				}
+			} else {
+				_ = tx.Rollback()
+			}
+			a.write(w)
+		}), nil
+	}
+	cfg := s.opts.Config
+	cfg.Route = route
+	cfg.Fingerprint = fp
+	cfg.ScopeFunc = func(r *http.Request) (string, error) { return r.Header.Get("X-User-ID"), nil }
+	mw, err := idempotency.New(s.opts.Store, &cfg)
+	if err != nil {
+		return nil, err
+	}
+	return mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tx, _ := idempotency.TxFromContext(r.Context())
+		h(r.Context(), tx, r).write(w)
+	})), nil
+}
+
+// authenticated requires X-User-ID, a positive integer standing in for an
+// authenticated principal.
+func (s *Service) authenticated(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, err := userID(r); err != nil {
+			idempotency.WriteProblem(w, idempotency.NewProblem(http.StatusUnauthorized,
+				idempotency.ProblemScopeRequired, "Unauthenticated", "Send X-User-ID: a positive integer."))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func userID(r *http.Request) (int64, error) {
+	id, err := strconv.ParseInt(r.Header.Get("X-User-ID"), 10, 64)
+	if err != nil || id <= 0 {
+		return 0, errors.New("invalid X-User-ID")
+	}
+	return id, nil
+}
+
+// CreateRequest is the body of POST /orders. Only the first four fields are
+// the order; OrderNo lets a client propose the order number (the weak guard
+// the simulation compares against) and is not part of the fingerprint.
+type CreateRequest struct {
+	UserID   int64  `json:"user_id"`
+	SKUID    int64  `json:"sku_id"`
+	Quantity int    `json:"quantity"`
+	CouponID *int64 `json:"coupon_id,omitempty"`
+	OrderNo  string `json:"order_no,omitempty"`
+}
+
+// OrderResponse is the body of a created or read order.
+type OrderResponse struct {
+	OrderNo        string `json:"order_no"`
+	Status         string `json:"status"`
+	UserID         int64  `json:"user_id"`
+	SKUID          int64  `json:"sku_id"`
+	Quantity       int    `json:"quantity"`
+	CouponID       *int64 `json:"coupon_id"`
+	UnitPriceCents int64  `json:"unit_price_cents"`
+	DiscountCents  int64  `json:"discount_cents"`
+	TotalCents     int64  `json:"total_cents"`
+}
+
+var orderNoPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// validateCreate refuses malformed create requests before the middleware
+// claims a key, so bad input writes nothing: a body that is not a create
+// request is 400, a user_id that is not the caller's is 403.
+func validateCreate(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 64<<10))
+		if err != nil {
+			var tooLarge *http.MaxBytesError
+			if errors.As(err, &tooLarge) {
+				idempotency.WriteProblem(w, idempotency.NewProblem(http.StatusRequestEntityTooLarge,
+					idempotency.ProblemBodyTooLarge, "Request body too large", err.Error()))
+				return
+			}
+			badRequest(w, err.Error())
+			return
+		}
+		var req CreateRequest
+		if err := json.Unmarshal(body, &req); err != nil {
+			badRequest(w, "body must be a JSON object {user_id, sku_id, quantity, coupon_id?}: "+err.Error())
+			return
+		}
+		if req.OrderNo != "" && !orderNoPattern.MatchString(req.OrderNo) {
+			badRequest(w, "order_no must be 1-64 characters of A-Z a-z 0-9 _ -")
+			return
+		}
+		if uid, _ := userID(r); req.UserID != uid {
+			idempotency.WriteProblem(w, idempotency.NewProblem(http.StatusForbidden, ProblemForbidden,
+				"Forbidden", "user_id must equal X-User-ID"))
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		r.ContentLength = int64(len(body))
+		next.ServeHTTP(w, r)
+	})
+}
+
+// createOrder prices the order from the catalog (never from the client),
+// redeems the coupon with a guarded transition and inserts the order INIT →
+// CREATED, all in tx.
+func (s *Service) createOrder(ctx context.Context, tx *sql.Tx, r *http.Request) answer {
+	var req CreateRequest
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		return answer{problem: idempotency.NewProblem(http.StatusBadRequest, idempotency.ProblemInvalidBody, "Invalid request body", err.Error())}
+	}
+	if req.Quantity < 1 || req.Quantity > 100 {
+		return unprocessable(ProblemInvalidQuantity, "Invalid quantity", "quantity must be 1-100")
+	}
+	var unitPrice int64
+	err := tx.QueryRowContext(ctx, `SELECT price_cents FROM sku WHERE id = ?`, req.SKUID).Scan(&unitPrice)
+	if errors.Is(err, sql.ErrNoRows) {
+		return unprocessable(ProblemUnknownSKU, "Unknown SKU", fmt.Sprintf("sku_id %d is not in the catalog", req.SKUID))
+	}
+	if err != nil {
+		return failure(err)
+	}
+	subtotal := unitPrice * int64(req.Quantity)
+	var discount int64
+	if req.CouponID != nil {
+		res, err := tx.ExecContext(ctx,
+			`UPDATE coupon SET status = 'REDEEMED', updated_at = CURRENT_TIMESTAMP WHERE id = ? AND status = 'AVAILABLE'`,
+			*req.CouponID)
+		if err != nil {
+			return failure(err)
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return failure(err)
+		} else if n != 1 {
+			return unprocessable(ProblemCouponUnavailable, "Coupon unavailable",
+				fmt.Sprintf("coupon %d is unknown or already used", *req.CouponID))
+		}
+		if err := tx.QueryRowContext(ctx, `SELECT discount_cents FROM coupon WHERE id = ?`, *req.CouponID).Scan(&discount); err != nil {
+			return failure(err)
+		}
+		discount = min(discount, subtotal)
+	}
+
+	scope, key, _ := idempotency.KeyFromContext(ctx)
+	order := &idempotency.Order{
+		OrderNo: req.OrderNo, Scope: scope, IdempotencyKey: key,
+		UserID: req.UserID, SKUID: req.SKUID, Quantity: req.Quantity, CouponID: req.CouponID,
+		UnitPriceCents: unitPrice, DiscountCents: discount, TotalCents: subtotal - discount,
+	}
+	if order.OrderNo == "" {
+		order.OrderNo = newOrderNo()
+	}
+	if err := idempotency.CreateOrder(ctx, tx, order); err != nil {
+		if errors.Is(err, idempotency.ErrDuplicateOrder) {
+			return answer{problem: idempotency.NewProblem(http.StatusConflict, "duplicate-order", "Duplicate order",
+				"An order with this order number or idempotency key already exists.")}
+		}
+		return failure(err)
+	}
+	if s.opts.HandlerDelay > 0 {
+		select {
+		case <-time.After(s.opts.HandlerDelay):
+		case <-ctx.Done():
+			return failure(ctx.Err())
+		}
+	}
+	return answer{
+		status: http.StatusCreated,
+		header: http.Header{"Location": {"/orders/" + order.OrderNo}},
+		body:   toResponse(order),
+	}
+}
+
+// transition returns the handler of a guarded order state change.
+func (s *Service) transition(from, to idempotency.OrderStatus) txHandler {
+	return func(ctx context.Context, tx *sql.Tx, r *http.Request) answer {
+		order, err := idempotency.GetOrder(ctx, tx, r.PathValue("order_no"))
+		uid, _ := userID(r)
+		if errors.Is(err, idempotency.ErrOrderNotFound) || (err == nil && order.UserID != uid) {
+			return answer{problem: notFound()}
+		}
+		if err != nil {
+			return failure(err)
+		}
+		err = idempotency.TransitionOrder(ctx, tx, order.OrderNo, from, to)
+		var te *idempotency.TransitionError
+		if errors.As(err, &te) {
+			return answer{problem: idempotency.NewProblem(http.StatusConflict, ProblemInvalidTransition,
+				"Invalid transition", fmt.Sprintf("order %s is %s; only a %s order can become %s", order.OrderNo, te.Actual, from, to))}
+		}
+		if err != nil {
+			return failure(err)
+		}
+		order.Status = to
+		return answer{status: http.StatusOK, body: toResponse(order)}
+	}
+}
+
+func (s *Service) getOrder(w http.ResponseWriter, r *http.Request) {
+	order, err := idempotency.GetOrder(r.Context(), s.db, r.PathValue("order_no"))
+	uid, _ := userID(r)
+	if errors.Is(err, idempotency.ErrOrderNotFound) || (err == nil && order.UserID != uid) {
+		idempotency.WriteProblem(w, notFound())
+		return
+	}
+	if err != nil {
+		internalError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, toResponse(order))
+}
+
+func toResponse(o *idempotency.Order) OrderResponse {
+	return OrderResponse{
+		OrderNo: o.OrderNo, Status: string(o.Status), UserID: o.UserID, SKUID: o.SKUID,
+		Quantity: o.Quantity, CouponID: o.CouponID, UnitPriceCents: o.UnitPriceCents,
+		DiscountCents: o.DiscountCents, TotalCents: o.TotalCents,
+	}
+}
+
+func newOrderNo() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return "O" + time.Now().UTC().Format("20060102") + hex.EncodeToString(b[:])
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		internalError(w, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(body, '\n'))
+}
+
+func unprocessable(kind, title, detail string) answer {
+	return answer{problem: idempotency.NewProblem(http.StatusUnprocessableEntity, kind, title, detail)}
+}
+
+// failure is a server-side error: a 500, which the middleware treats as not
+// final, so the transaction rolls back and a retry executes again.
+func failure(err error) answer {
+	return answer{problem: idempotency.NewProblem(http.StatusInternalServerError,
+		idempotency.ProblemExecutionFailed, "Internal error", err.Error())}
+}
+
+func internalError(w http.ResponseWriter, err error) {
+	idempotency.WriteProblem(w, failure(err).problem)
+}
+
+func badRequest(w http.ResponseWriter, detail string) {
+	idempotency.WriteProblem(w, idempotency.NewProblem(http.StatusBadRequest,
+		idempotency.ProblemInvalidBody, "Invalid request body", detail))
+}
+
+func notFound() *idempotency.Problem {
+	return idempotency.NewProblem(http.StatusNotFound, ProblemNotFound, "Not found", "No such order for this user.")
+}
+
+//go:embed schema/*.sql
+var schema embed.FS
+
+// Setup applies the idempotency migrations of dialect ("mysql" or
+// "sqlite"), creates the catalog tables and seeds SKUs 20001–20100 and
+// coupons 1–1000. It is safe to call on every start.
+func Setup(ctx context.Context, db *sql.DB, dialect string) error {
+	if err := migrations.Apply(ctx, db, dialect); err != nil {
+		return err
+	}
+	script, err := schema.ReadFile("schema/" + dialect + ".sql")
+	if err != nil {
+		return fmt.Errorf("orderservice: unknown dialect %q", dialect)
+	}
+	for _, stmt := range migrations.Statements(string(script)) {
+		if _, err := db.ExecContext(ctx, stmt); err != nil {
+			return fmt.Errorf("orderservice: schema: %w", err)
+		}
+	}
+	ignore := "INSERT IGNORE"
+	if dialect == "sqlite" {
+		ignore = "INSERT OR IGNORE"
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback() //nolint:errcheck
+	for id := int64(FirstSKU); id <= LastSKU; id++ {
+		if _, err := tx.ExecContext(ctx, ignore+" INTO sku (id, name, price_cents) VALUES (?, ?, ?)",
+			id, fmt.Sprintf("SKU %d", id), SKUPriceCents(id)); err != nil {
+			return fmt.Errorf("orderservice: seed sku: %w", err)
+		}
+	}
+	for id := int64(FirstCoupon); id <= LastCoupon; id++ {
+		if _, err := tx.ExecContext(ctx, ignore+" INTO coupon (id, discount_cents, status) VALUES (?, ?, 'AVAILABLE')",
+			id, CouponDiscountCents); err != nil {
+			return fmt.Errorf("orderservice: seed coupon: %w", err)
+		}
+	}
+	return tx.Commit()
+}

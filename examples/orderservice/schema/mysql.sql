@@ -1,0 +1,11 @@
+CREATE TABLE IF NOT EXISTS sku (
+  id          BIGINT       NOT NULL PRIMARY KEY,
+  name        VARCHAR(128) NOT NULL,
+  price_cents BIGINT       NOT NULL
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;
+CREATE TABLE IF NOT EXISTS coupon (
+  id             BIGINT      NOT NULL PRIMARY KEY,
+  discount_cents BIGINT      NOT NULL,
+  status         VARCHAR(16) NOT NULL,
+  updated_at     DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;
