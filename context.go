@@ -3,6 +3,7 @@ package idempotency
 import (
 	"context"
 	"database/sql"
+	"sync"
 	"time"
 )
 
@@ -13,13 +14,21 @@ type contextKey struct{}
 type execution struct {
 	tx     *sql.Tx
 	store  Store
-	lease  Lease
 	key    string
 	scope  string
 	leaseD time.Duration
 	// deadline cancels the handler's context shortly before the lease ends;
 	// ExtendLease resets it.
 	deadline *time.Timer
+
+	mu    sync.Mutex // a handler may heartbeat from its own goroutine
+	lease Lease
+}
+
+func (e *execution) currentLease() Lease {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.lease
 }
 
 // TxFromContext returns the transaction the middleware opened for this
@@ -55,9 +64,13 @@ func ExtendLease(ctx context.Context) error {
 	if !ok {
 		return ErrNoTransaction
 	}
-	if err := e.store.Extend(ctx, e.lease, e.leaseD); err != nil {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	extended, err := e.store.Extend(ctx, e.lease, e.leaseD)
+	if err != nil {
 		return err
 	}
+	e.lease = extended
 	e.deadline.Reset(handlerBudget(e.leaseD))
 	return nil
 }

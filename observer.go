@@ -18,17 +18,22 @@ const (
 	OutcomeTakenOver Outcome = "taken_over" // it took over an expired lease or record
 
 	// Final outcomes.
-	OutcomeCommitted   Outcome = "committed"   // handler answered 2xx; order and snapshot committed
-	OutcomeRejected    Outcome = "rejected"    // handler answered a final non-2xx; stored as FAILED
-	OutcomeReleased    Outcome = "released"    // 5xx, panic or error: rolled back, key released
-	OutcomeReplayed    Outcome = "replayed"    // a stored snapshot was replayed
-	OutcomeConflict    Outcome = "conflict"    // same key, different fingerprint
-	OutcomeInProgress  Outcome = "in_progress" // another attempt holds the key
-	OutcomeLeaseLost   Outcome = "lease_lost"  // this attempt lost its lease and rolled back
-	OutcomeInvalid     Outcome = "invalid"     // bad input rejected before the claim
-	OutcomeUnprotected Outcome = "unprotected" // no key, and keys are optional
-	OutcomeStoreError  Outcome = "store_error" // the store failed; nothing was executed or it was rolled back
-	OutcomeUnknown     Outcome = "commit_unknown"
+	OutcomeCommitted   Outcome = "committed"      // handler answered 2xx; order and snapshot committed
+	OutcomeRejected    Outcome = "rejected"       // handler answered a final non-2xx; stored as FAILED
+	OutcomeReleased    Outcome = "released"       // 5xx, panic or error: rolled back, key released
+	OutcomeReplayed    Outcome = "replayed"       // a stored snapshot was replayed
+	OutcomeConflict    Outcome = "conflict"       // same key, different fingerprint
+	OutcomeInProgress  Outcome = "in_progress"    // another attempt holds the key
+	OutcomeLeaseLost   Outcome = "lease_lost"     // this attempt lost its lease and rolled back
+	OutcomeInvalid     Outcome = "invalid"        // bad input rejected before the claim
+	OutcomeUnprotected Outcome = "unprotected"    // no key, and keys are optional
+	OutcomeStoreError  Outcome = "store_error"    // the store failed; nothing was executed or it was rolled back
+	OutcomeUnknown     Outcome = "commit_unknown" // COMMIT's outcome could not be learned; the key stays claimed
+
+	// Background work (Reconciler and Purge); Count says how many records.
+	OutcomeRecovered Outcome = "recovered" // reconciler found the effect and backfilled the snapshot
+	OutcomeReclaimed Outcome = "reclaimed" // reconciler found no effect and released the key
+	OutcomePurged    Outcome = "purged"    // expired final records deleted
 )
 
 // Event is one observation.
@@ -39,6 +44,36 @@ type Event struct {
 	Replayed Status        // for OutcomeReplayed: the record's final status
 	Duration time.Duration // for final outcomes: time since the request arrived
 	Err      error         // for OutcomeStoreError, OutcomeReleased, OutcomeUnknown
+	KeyHash  string        // KeyHash of the scope and key; never the raw key
+	Count    int64         // for background outcomes
+}
+
+// Stage is a timed part of the protocol.
+type Stage string
+
+// Stages reported to a StageObserver. StageRequest encloses the others.
+const (
+	StageRequest  Stage = "request"
+	StageClaim    Stage = "claim"
+	StageExecute  Stage = "execute"
+	StageFinalize Stage = "finalize"
+	StageReplay   Stage = "replay"
+)
+
+// StageEnd describes how a stage ended.
+type StageEnd struct {
+	Outcome Outcome // for StageRequest: the final outcome
+	Record  Status  // the record's status as this stage left or found it, if known
+	KeyHash string  // KeyHash of the scope and key, once known; never the raw key
+	Err     error
+}
+
+// StageObserver is an optional extension of Observer for tracing and
+// latency histograms: the middleware calls StartStage when a stage begins and
+// the returned function when it ends. The returned context is passed to the
+// stage's work (so a tracer can parent the store's spans).
+type StageObserver interface {
+	StartStage(ctx context.Context, s Stage, route string) (context.Context, func(StageEnd))
 }
 
 // Observer receives every outcome of the protocol. It must be safe for

@@ -45,9 +45,18 @@ type Dialect struct {
 	// Params: scope, key, owner, version.
 	Release string
 
-	// Extend moves locked_until to now + lease, fenced.
-	// Params: lease µs, scope, key, owner, version.
+	// Extend moves locked_until to now + lease and bumps lease_version,
+	// fenced. Params: lease µs, scope, key, owner, version.
 	Extend string
+
+	// ExpiredLeases selects PROCESSING records whose lease has expired,
+	// oldest lease first, with the same columns as Lookup preceded by scope
+	// and idempotency_key. Params: limit.
+	ExpiredLeases string
+
+	// Purge deletes final records past expires_at, at most limit of them.
+	// Params: limit.
+	Purge string
 
 	// IsDuplicate reports a unique-key violation.
 	IsDuplicate func(error) bool
@@ -123,22 +132,29 @@ func (s *SQLStore) Claim(ctx context.Context, c Claim) (Lease, error) {
 // Lookup implements Store.
 func (s *SQLStore) Lookup(ctx context.Context, scope, key string) (*Record, error) {
 	rec := &Record{Scope: scope, Key: key}
-	var (
-		status                                   string
-		respStatus                               sql.NullInt64
-		respHeaders                              []byte
-		respBody                                 []byte
-		created, updated, lockedUntil, expiresAt dbTime
-		leaseExpired, expired                    sql.NullBool
-	)
-	err := s.db.QueryRowContext(ctx, s.dialect.Lookup, scope, key).Scan(
-		&rec.Fingerprint, &status, &rec.Owner, &rec.Version, &respStatus, &respHeaders, &respBody,
-		&created, &updated, &lockedUntil, &expiresAt, &leaseExpired, &expired)
+	err := scanRecord(s.db.QueryRowContext(ctx, s.dialect.Lookup, scope, key), rec)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, ErrRecordNotFound
 	}
 	if err != nil {
 		return nil, fmt.Errorf("idempotency: lookup: %w", err)
+	}
+	return rec, nil
+}
+
+// scanRecord reads Lookup's columns, after any leading destinations.
+func scanRecord(row interface{ Scan(...any) error }, rec *Record, leading ...any) error {
+	var (
+		status                                   string
+		respStatus                               sql.NullInt64
+		respHeaders, respBody                    []byte
+		created, updated, lockedUntil, expiresAt dbTime
+		leaseExpired, expired                    sql.NullBool
+	)
+	dest := append(leading, &rec.Fingerprint, &status, &rec.Owner, &rec.Version, &respStatus, &respHeaders, &respBody,
+		&created, &updated, &lockedUntil, &expiresAt, &leaseExpired, &expired)
+	if err := row.Scan(dest...); err != nil {
+		return err
 	}
 	rec.Status = Status(status)
 	rec.CreatedAt, rec.UpdatedAt = created.Time, updated.Time
@@ -148,7 +164,7 @@ func (s *SQLStore) Lookup(ctx context.Context, scope, key string) (*Record, erro
 		snap := &Snapshot{StatusCode: int(respStatus.Int64), Body: respBody, Header: http.Header{}}
 		if len(respHeaders) > 0 {
 			if err := json.Unmarshal(respHeaders, &snap.Header); err != nil {
-				return nil, fmt.Errorf("idempotency: lookup: stored headers: %w", err)
+				return fmt.Errorf("stored headers: %w", err)
 			}
 		}
 		if snap.Body == nil {
@@ -156,7 +172,7 @@ func (s *SQLStore) Lookup(ctx context.Context, scope, key string) (*Record, erro
 		}
 		rec.Snapshot = snap
 	}
-	return rec, nil
+	return nil
 }
 
 // TakeOver implements Store.
@@ -209,9 +225,40 @@ func (s *SQLStore) Release(ctx context.Context, l Lease) error {
 }
 
 // Extend implements Store.
-func (s *SQLStore) Extend(ctx context.Context, l Lease, d time.Duration) error {
+func (s *SQLStore) Extend(ctx context.Context, l Lease, d time.Duration) (Lease, error) {
 	res, err := s.exec(ctx, s.dialect.Extend, d.Microseconds(), l.Scope, l.Key, l.Owner, l.Version)
-	return s.fenced(res, err, "extend lease")
+	if err := s.fenced(res, err, "extend lease"); err != nil {
+		return Lease{}, err
+	}
+	l.Version++
+	return l, nil
+}
+
+// ExpiredLeases implements Store.
+func (s *SQLStore) ExpiredLeases(ctx context.Context, limit int) ([]*Record, error) {
+	rows, err := s.db.QueryContext(ctx, s.dialect.ExpiredLeases, limit)
+	if err != nil {
+		return nil, fmt.Errorf("idempotency: expired leases: %w", err)
+	}
+	defer rows.Close()
+	var out []*Record
+	for rows.Next() {
+		rec := &Record{}
+		if err := scanRecord(rows, rec, &rec.Scope, &rec.Key); err != nil {
+			return nil, fmt.Errorf("idempotency: expired leases: %w", err)
+		}
+		out = append(out, rec)
+	}
+	return out, rows.Err()
+}
+
+// Purge implements Store.
+func (s *SQLStore) Purge(ctx context.Context, limit int) (int64, error) {
+	res, err := s.exec(ctx, s.dialect.Purge, limit)
+	if err != nil {
+		return 0, fmt.Errorf("idempotency: purge: %w", err)
+	}
+	return res.RowsAffected()
 }
 
 // fenced turns the result of a fenced statement into ErrLeaseLost when it

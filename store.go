@@ -100,6 +100,16 @@ type Store interface {
 	// execute again. It returns ErrLeaseLost if l no longer holds it.
 	Release(ctx context.Context, l Lease) error
 
-	// Extend pushes the lease's expiry to now+d by the store's clock.
-	Extend(ctx context.Context, l Lease, d time.Duration) error
+	// Extend pushes the lease's expiry to now+d by the store's clock and
+	// bumps the version, so that a reconciler that read the expired lease
+	// can no longer release it.
+	Extend(ctx context.Context, l Lease, d time.Duration) (Lease, error)
+
+	// ExpiredLeases returns up to limit PROCESSING records whose lease has
+	// expired, oldest first: the reconciler's work list.
+	ExpiredLeases(ctx context.Context, limit int) ([]*Record, error)
+
+	// Purge deletes up to limit final records whose retention has passed and
+	// returns how many it deleted. It never deletes a PROCESSING record.
+	Purge(ctx context.Context, limit int) (int64, error)
 }

@@ -53,9 +53,21 @@ WHERE scope = ? AND idempotency_key = ? AND locked_by = ? AND lease_version = ?
 WHERE scope = ? AND idempotency_key = ? AND locked_by = ? AND lease_version = ?
   AND status = 'PROCESSING'`,
 	Extend: `UPDATE idempotency_record SET
-  locked_until = NOW(6) + INTERVAL ? MICROSECOND, updated_at = NOW(6)
+  locked_until = NOW(6) + INTERVAL ? MICROSECOND, lease_version = lease_version + 1,
+  updated_at = NOW(6)
 WHERE scope = ? AND idempotency_key = ? AND locked_by = ? AND lease_version = ?
   AND status = 'PROCESSING'`,
+	ExpiredLeases: `SELECT scope, idempotency_key, request_fingerprint, status, locked_by, lease_version,
+  response_status, response_headers, response_body,
+  created_at, updated_at, locked_until, expires_at, 1, expires_at <= NOW(6)
+FROM idempotency_record
+WHERE status = 'PROCESSING' AND locked_until <= NOW(6)
+ORDER BY locked_until LIMIT ?`,
+	// Ordered by the expiry index so each batch is a short range scan; the
+	// status test keeps PROCESSING records, whose fate the lease decides.
+	Purge: `DELETE FROM idempotency_record
+WHERE expires_at <= NOW(6) AND status IN ('DONE', 'FAILED')
+ORDER BY expires_at LIMIT ?`,
 	IsDuplicate:     func(err error) bool { return mysqlErrorIs(err, mysqlErrDupEntry) },
 	IsLeaseConflict: func(err error) bool { return mysqlErrorIs(err, mysqlErrRecordChanged) },
 	IsTransient: func(err error) bool {

@@ -136,7 +136,8 @@ func Exercise(t *testing.T, newStore func(t *testing.T) idempotency.Store) {
 				_, err := s.Finish(ctx, l, idempotency.StatusDone, snap, time.Hour)
 				require.ErrorIs(t, err, idempotency.ErrLeaseLost)
 				require.ErrorIs(t, s.Release(ctx, l), idempotency.ErrLeaseLost)
-				require.ErrorIs(t, s.Extend(ctx, l, time.Minute), idempotency.ErrLeaseLost)
+				_, err = s.Extend(ctx, l, time.Minute)
+				require.ErrorIs(t, err, idempotency.ErrLeaseLost)
 				tx, err := s.BeginTx(ctx)
 				require.NoError(t, err)
 				_, err = s.FinishTx(ctx, tx, l, idempotency.StatusDone, snap, time.Hour)
@@ -269,9 +270,89 @@ func Exercise(t *testing.T, newStore func(t *testing.T) idempotency.Store) {
 		require.NoError(t, err)
 		before, err := s.Lookup(ctx, "s", "k")
 		require.NoError(t, err)
-		require.NoError(t, s.Extend(ctx, lease, time.Hour))
+		extended, err := s.Extend(ctx, lease, time.Hour)
+		require.NoError(t, err)
+		require.Equal(t, lease.Version+1, extended.Version, "a heartbeat fences out readers of the old lease")
 		after, err := s.Lookup(ctx, "s", "k")
 		require.NoError(t, err)
 		require.True(t, after.LockedUntil.Sub(before.LockedUntil) > 30*time.Minute)
+		_, err = s.Extend(ctx, lease, time.Hour)
+		require.ErrorIs(t, err, idempotency.ErrLeaseLost)
+		_, err = s.Extend(ctx, extended, time.Hour)
+		require.NoError(t, err)
+	})
+
+	t.Run("ExpiredLeases_ListsOnlyProcessingRecordsWithExpiredLease", func(t *testing.T) {
+		s := newStore(t)
+		short := claim("s", "expired")
+		short.Lease = time.Microsecond
+		_, err := s.Claim(ctx, short)
+		require.NoError(t, err)
+		_, err = s.Claim(ctx, claim("s", "live"))
+		require.NoError(t, err)
+		doneClaim := claim("s", "done")
+		doneClaim.Lease = time.Microsecond
+		doneLease, err := s.Claim(ctx, doneClaim)
+		require.NoError(t, err)
+		_, err = s.Finish(ctx, doneLease, idempotency.StatusDone, snap, time.Hour)
+		require.NoError(t, err)
+
+		var recs []*idempotency.Record
+		require.Eventually(t, func() bool {
+			recs, err = s.ExpiredLeases(ctx, 10)
+			return err == nil && len(recs) == 1
+		}, 5*time.Second, time.Millisecond)
+		require.Equal(t, "s", recs[0].Scope)
+		require.Equal(t, "expired", recs[0].Key)
+		require.Equal(t, "owner-expired", recs[0].Owner)
+		require.EqualValues(t, 1, recs[0].Version)
+		require.True(t, recs[0].LeaseExpired)
+	})
+
+	t.Run("ExpiredLeases_RespectsLimit", func(t *testing.T) {
+		s := newStore(t)
+		for i := range 5 {
+			c := claim("s", fmt.Sprint("k", i))
+			c.Lease = time.Microsecond
+			_, err := s.Claim(ctx, c)
+			require.NoError(t, err)
+		}
+		require.Eventually(t, func() bool {
+			recs, err := s.ExpiredLeases(ctx, 3)
+			return err == nil && len(recs) == 3
+		}, 5*time.Second, time.Millisecond)
+	})
+
+	t.Run("Purge_DeletesOnlyExpiredFinalRecords", func(t *testing.T) {
+		s := newStore(t)
+		finish := func(key string, st idempotency.Status, retention time.Duration) {
+			lease, err := s.Claim(ctx, claim("s", key))
+			require.NoError(t, err)
+			_, err = s.Finish(ctx, lease, st, snap, retention)
+			require.NoError(t, err)
+		}
+		finish("done-old", idempotency.StatusDone, time.Microsecond)
+		finish("failed-old", idempotency.StatusFailed, time.Microsecond)
+		finish("done-new", idempotency.StatusDone, time.Hour)
+		processing := claim("s", "processing-old")
+		processing.Lease, processing.Retention = time.Microsecond, time.Microsecond
+		_, err := s.Claim(ctx, processing)
+		require.NoError(t, err)
+		time.Sleep(5 * time.Millisecond)
+
+		n, err := s.Purge(ctx, 1)
+		require.NoError(t, err)
+		require.EqualValues(t, 1, n, "one batch deletes at most limit records")
+		n, err = s.Purge(ctx, 100)
+		require.NoError(t, err)
+		require.EqualValues(t, 1, n)
+		n, err = s.Purge(ctx, 100)
+		require.NoError(t, err)
+		require.EqualValues(t, 0, n)
+
+		for key, want := range map[string]bool{"done-old": false, "failed-old": false, "done-new": true, "processing-old": true} {
+			_, err := s.Lookup(ctx, "s", key)
+			require.Equal(t, want, err == nil, "record %s kept=%v", key, want)
+		}
 	})
 }

@@ -364,6 +364,36 @@ func (s *Service) getOrder(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, toResponse(order))
 }
 
+// Recover is the example's idempotency.RecoverFunc, the seed's background
+// check: an abandoned create attempt took effect if purchase_order has a row
+// with the record's scope and key. The rebuilt snapshot is the 201 the
+// original would have answered.
+func (s *Service) Recover(ctx context.Context, rec *idempotency.Record) (*idempotency.Snapshot, bool, error) {
+	var orderNo string
+	err := s.db.QueryRowContext(ctx,
+		`SELECT order_no FROM purchase_order WHERE scope = ? AND idempotency_key = ?`, rec.Scope, rec.Key).Scan(&orderNo)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	order, err := idempotency.GetOrder(ctx, s.db, orderNo)
+	if err != nil {
+		return nil, false, err
+	}
+	order.Status = idempotency.OrderCreated // the answer to the create, whatever happened since
+	body, err := json.Marshal(toResponse(order))
+	if err != nil {
+		return nil, false, err
+	}
+	return &idempotency.Snapshot{
+		StatusCode: http.StatusCreated,
+		Header:     http.Header{"Content-Type": {"application/json"}, "Location": {"/orders/" + orderNo}},
+		Body:       append(body, '\n'),
+	}, true, nil
+}
+
 func toResponse(o *idempotency.Order) OrderResponse {
 	return OrderResponse{
 		OrderNo: o.OrderNo, Status: string(o.Status), UserID: o.UserID, SKUID: o.SKUID,

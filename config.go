@@ -1,0 +1,188 @@
+package idempotency
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"time"
+)
+
+// Config configures a Middleware. The zero value is usable: every field has
+// a default.
+type Config struct {
+	// Route names the protected route in observations (a bounded label such
+	// as "create_order"). Defaults to "default".
+	Route string
+
+	// HeaderName is the request header carrying the key. Defaults to
+	// "Idempotency-Key".
+	HeaderName string
+
+	// MaxKeyLength bounds the key's length. Defaults to 255, the most the
+	// schema stores.
+	MaxKeyLength int
+
+	// KeyOptional lets requests without a key through, unprotected. Defaults
+	// to false: a missing key is answered 400.
+	KeyOptional bool
+
+	// ScopeFunc returns the principal (user, tenant, API client) that owns
+	// the request's key. Records are unique per (scope, key): a request from
+	// another scope never sees, blocks or replays this scope's records. An
+	// error is answered 401 (or as the *Problem it wraps). Defaults to the
+	// empty scope for every request, which is safe for single-tenant services
+	// only.
+	ScopeFunc func(*http.Request) (string, error)
+
+	// Fingerprint selects what the default fingerprint covers. Ignored when
+	// FingerprintFunc is set. Defaults to method, canonical route and the
+	// whole body.
+	Fingerprint FingerprintConfig
+
+	// FingerprintFunc replaces the default fingerprint.
+	FingerprintFunc FingerprintFunc
+
+	// MaxBodyBytes bounds the request body, which is read (through a limit)
+	// before the claim to compute the fingerprint. Defaults to 1 MiB.
+	MaxBodyBytes int64
+
+	// MaxSnapshotBytes bounds a stored response body. A 2xx response larger
+	// than this cannot be replayed, so the attempt is rolled back and
+	// answered 500. Defaults to 1 MiB.
+	MaxSnapshotBytes int
+
+	// Lease is how long a PROCESSING claim is held before another attempt may
+	// take it over. The handler's context is cancelled a tenth earlier.
+	// Defaults to 30s.
+	Lease time.Duration
+
+	// Retention is how long a record lives; after it the key is new again.
+	// Defaults to 24h.
+	Retention time.Duration
+
+	// IsFinalFunc decides which handler statuses are final outcomes that are
+	// stored and replayed. A 2xx is committed with the business transaction;
+	// a final non-2xx (a business rejection such as 422) rolls the
+	// transaction back and is stored as FAILED; a non-final status rolls back
+	// and releases the key so that a retry executes again. Defaults to
+	// status < 500.
+	IsFinalFunc func(status int) bool
+
+	// ConflictStatus answers a key reused with a different fingerprint: 409
+	// (the seed's rule) or 422 (the IETF draft's). Defaults to 409.
+	ConflictStatus int
+
+	// ReplayHeaders lists response headers stored and replayed besides
+	// Content-Type, Location and ETag. Set-Cookie, Date and authentication
+	// headers are refused. Defaults to none.
+	ReplayHeaders []string
+
+	// RetryAfter is sent with in-progress answers. Defaults to 1s.
+	RetryAfter time.Duration
+
+	// InFlightWait is how long a duplicate that finds its key PROCESSING
+	// waits for the original to finish, to replay its answer instead of
+	// answering in-progress. Waiters on this instance wake the moment the
+	// original finishes; waiters on other instances poll the store. Defaults
+	// to 0: answer in-progress at once.
+	InFlightWait time.Duration
+
+	// InstanceID names this process in lease owners (locked_by). Defaults to
+	// hostname-pid.
+	InstanceID string
+
+	// Observer receives every outcome; if it also implements StageObserver,
+	// every stage. Defaults to none.
+	Observer Observer
+
+	// Logger receives one structured line per notable decision (conflict,
+	// takeover, release, lease lost, unknown commit outcome, store error),
+	// with the key as KeyHash, never raw. Defaults to discarding.
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.Route == "" {
+		c.Route = "default"
+	}
+	if c.HeaderName == "" {
+		c.HeaderName = "Idempotency-Key"
+	}
+	if c.MaxKeyLength == 0 {
+		c.MaxKeyLength = 255
+	}
+	if c.ScopeFunc == nil {
+		c.ScopeFunc = func(*http.Request) (string, error) { return "", nil }
+	}
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = 1 << 20
+	}
+	if c.MaxSnapshotBytes == 0 {
+		c.MaxSnapshotBytes = 1 << 20
+	}
+	if c.Lease == 0 {
+		c.Lease = 30 * time.Second
+	}
+	if c.Retention == 0 {
+		c.Retention = 24 * time.Hour
+	}
+	if c.IsFinalFunc == nil {
+		c.IsFinalFunc = func(status int) bool { return status < 500 }
+	}
+	if c.ConflictStatus == 0 {
+		c.ConflictStatus = http.StatusConflict
+	}
+	if c.RetryAfter == 0 {
+		c.RetryAfter = time.Second
+	}
+	if c.InstanceID == "" {
+		host, _ := os.Hostname()
+		c.InstanceID = fmt.Sprintf("%s-%d", host, os.Getpid())
+	}
+	if c.Observer == nil {
+		c.Observer = nopObserver{}
+	}
+	if c.Logger == nil {
+		c.Logger = discardLogger
+	}
+	return c
+}
+
+// forbiddenReplayHeaders may never be replayed: they belong to one response
+// or one principal, not to the stored outcome.
+var forbiddenReplayHeaders = map[string]bool{
+	"Set-Cookie": true, "Date": true, "Authorization": true, "Www-Authenticate": true,
+	"Proxy-Authenticate": true, "Proxy-Authorization": true, "Cookie": true,
+	"Content-Length": true, "Idempotent-Replayed": true,
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.MaxKeyLength < 1 || c.MaxKeyLength > 255:
+		return fmt.Errorf("idempotency: MaxKeyLength %d: want 1..255, the most the schema stores", c.MaxKeyLength)
+	case c.MaxBodyBytes < 0:
+		return errors.New("idempotency: MaxBodyBytes must not be negative")
+	case c.MaxSnapshotBytes < 0 || c.MaxSnapshotBytes > 16<<20:
+		return errors.New("idempotency: MaxSnapshotBytes must be 0..16 MiB (the MEDIUMBLOB column)")
+	case c.Lease < time.Second:
+		return fmt.Errorf("idempotency: Lease %v: want at least 1s", c.Lease)
+	case c.Retention < c.Lease:
+		return fmt.Errorf("idempotency: Retention %v is shorter than Lease %v", c.Retention, c.Lease)
+	case c.ConflictStatus != http.StatusConflict && c.ConflictStatus != http.StatusUnprocessableEntity:
+		return fmt.Errorf("idempotency: ConflictStatus %d: want 409 or 422", c.ConflictStatus)
+	case c.RetryAfter < 0 || c.InFlightWait < 0:
+		return errors.New("idempotency: RetryAfter and InFlightWait must not be negative")
+	case len(c.InstanceID) > 64:
+		return errors.New("idempotency: InstanceID longer than 64 bytes")
+	}
+	for _, h := range c.ReplayHeaders {
+		if forbiddenReplayHeaders[http.CanonicalHeaderKey(h)] {
+			return fmt.Errorf("idempotency: ReplayHeaders: %s must never be replayed", h)
+		}
+	}
+	return nil
+}
+
+var discardLogger = slog.New(slog.DiscardHandler)
