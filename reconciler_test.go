@@ -62,7 +62,11 @@ func TestReconciler_EffectFound_BackfillsSnapshot_EffectMissing_ReleasesKey(t *t
 	var events []idempotency.Outcome
 	var mu sync.Mutex
 	r := &idempotency.Reconciler{Store: store, Recover: svc.Recover, Observer: idempotency.ObserverFunc(
-		func(_ context.Context, e idempotency.Event) { mu.Lock(); events = append(events, e.Outcome); mu.Unlock() })}
+		func(_ context.Context, e idempotency.Event) {
+			mu.Lock()
+			events = append(events, e.Outcome)
+			mu.Unlock()
+		})}
 	recovered, reclaimed, err := r.RunOnce(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 1, recovered)
