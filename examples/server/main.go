@@ -1,0 +1,150 @@
+// Command server runs the example order API with idempotent order creation.
+//
+//	go run ./examples/server                      # embedded SQLite, ./orders.db
+//	go run ./examples/server -db 'mysql://root@tcp(127.0.0.1:3306)/test'
+//
+// Flags:
+//
+//	-addr HOST:PORT        listen address (default 127.0.0.1:8080)
+//	-db URL                sqlite://PATH or mysql://DSN (default sqlite://orders.db)
+//	-lease D               how long a PROCESSING claim is held (default 30s)
+//	-retention D           how long a finished key is remembered (default 24h)
+//	-in-flight-wait D      how long a duplicate waits for the original (default 0)
+//	-handler-delay D       artificial delay inside the create transaction (default 0)
+//	-idempotency=false     the same handlers without the middleware (baseline)
+package main
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/orderguard/idempotency"
+	"github.com/orderguard/idempotency/examples/orderservice"
+	"github.com/orderguard/idempotency/sqlite"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "server:", err)
+		os.Exit(1)
+	}
+}
+
+type flags struct {
+	addr         string
+	db           string
+	lease        time.Duration
+	retention    time.Duration
+	inFlightWait time.Duration
+	handlerDelay time.Duration
+	idempotency  bool
+}
+
+func parseFlags(args []string) (flags, error) {
+	var f flags
+	fs := flag.NewFlagSet("server", flag.ContinueOnError)
+	fs.StringVar(&f.addr, "addr", "127.0.0.1:8080", "listen address")
+	fs.StringVar(&f.db, "db", "sqlite://orders.db", "database: sqlite://PATH or mysql://DSN (a go-sql-driver DSN)")
+	fs.DurationVar(&f.lease, "lease", 30*time.Second, "how long a PROCESSING claim is held")
+	fs.DurationVar(&f.retention, "retention", 24*time.Hour, "how long a finished key is remembered")
+	fs.DurationVar(&f.inFlightWait, "in-flight-wait", 0, "how long a duplicate waits for the original to finish")
+	fs.DurationVar(&f.handlerDelay, "handler-delay", 0, "artificial delay inside the create transaction")
+	fs.BoolVar(&f.idempotency, "idempotency", true, "protect writes with the idempotency middleware")
+	return f, fs.Parse(args)
+}
+
+func run(args []string) error {
+	f, err := parseFlags(args)
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	db, store, dialect, err := openDB(f.db)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	if err := orderservice.Setup(ctx, db, dialect); err != nil {
+		return fmt.Errorf("setup %s: %w", dialect, err)
+	}
+	svc, err := orderservice.New(db, orderservice.Options{
+		Idempotency:  f.idempotency,
+		Store:        store,
+		HandlerDelay: f.handlerDelay,
+		Config: idempotency.Config{
+			Lease:        f.lease,
+			Retention:    f.retention,
+			InFlightWait: f.inFlightWait,
+		},
+	})
+	if err != nil {
+		return err
+	}
+
+	srv := &http.Server{Addr: f.addr, Handler: svc, ReadHeaderTimeout: 5 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.ListenAndServe() }()
+	log.Info("listening", "addr", f.addr, "db", dialect, "idempotency", f.idempotency)
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdown); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// openDB opens sqlite://PATH or mysql://DSN. For MySQL it turns on
+// interpolateParams (one round trip per statement) and parseTime.
+func openDB(url string) (*sql.DB, idempotency.Store, string, error) {
+	switch {
+	case strings.HasPrefix(url, "sqlite://"):
+		db, err := sqlite.Open(strings.TrimPrefix(url, "sqlite://"))
+		if err != nil {
+			return nil, nil, "", err
+		}
+		return db, sqlite.NewStore(db), "sqlite", nil
+	case strings.HasPrefix(url, "mysql://"):
+		cfg, err := mysql.ParseDSN(strings.TrimPrefix(url, "mysql://"))
+		if err != nil {
+			return nil, nil, "", fmt.Errorf("-db: %w", err)
+		}
+		cfg.InterpolateParams = true
+		cfg.ParseTime = true
+		db, err := sql.Open("mysql", cfg.FormatDSN())
+		if err != nil {
+			return nil, nil, "", err
+		}
+		db.SetMaxOpenConns(64)
+		db.SetMaxIdleConns(64)
+		db.SetConnMaxLifetime(time.Hour)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := db.PingContext(ctx); err != nil {
+			db.Close()
+			return nil, nil, "", fmt.Errorf("-db: %w", err)
+		}
+		return db, idempotency.NewMySQLStore(db), "mysql", nil
+	default:
+		return nil, nil, "", fmt.Errorf("-db %q: want sqlite://PATH or mysql://DSN", url)
+	}
+}
