@@ -58,7 +58,9 @@ func KeyFromContext(ctx context.Context) (scope, key string, ok bool) {
 // store's clock: the heartbeat for a handler that may run longer than one
 // lease. On success the handler's context deadline moves with it. It returns
 // ErrLeaseLost if another attempt took the key over, in which case the handler
-// should stop: its transaction can no longer commit.
+// should stop: its transaction can no longer commit. On a single-writer
+// store (SQLite) the open transaction already excludes every other attempt,
+// so only the deadline moves.
 func ExtendLease(ctx context.Context) error {
 	e, ok := ctx.Value(contextKey{}).(*execution)
 	if !ok {
@@ -66,6 +68,10 @@ func ExtendLease(ctx context.Context) error {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if sw, ok := e.store.(interface{ SingleWriter() bool }); ok && sw.SingleWriter() {
+		e.deadline.Reset(handlerBudget(e.leaseD))
+		return nil
+	}
 	extended, err := e.store.Extend(ctx, e.lease, e.leaseD)
 	if err != nil {
 		return err

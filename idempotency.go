@@ -353,29 +353,50 @@ func (a *attempt) commit(ctx context.Context, tx *sql.Tx, header http.Header, sn
 	a.done(Event{Outcome: OutcomeCommitted, Status: snap.StatusCode})
 }
 
-// resolveCommit decides what a failed COMMIT did. A server error means it
-// did not commit, but a dropped connection leaves the outcome unknown, so in
-// both cases the record is read again on a fresh connection: finished by our
-// lease means the order committed; still held by our lease means it did not;
-// anything else means another attempt owns the key now.
+// resolveCommit decides what a failed COMMIT did. A dropped connection
+// leaves the outcome unknown (the server may even still be committing), so
+// the record is read again on a fresh connection: finished by our lease means
+// the order committed. Still held by our lease proves nothing yet, because
+// the commit may become visible a moment later; only a fenced release that
+// actually deletes the claim proves the order did not commit. Anything else
+// means another attempt owns the key now.
 func (a *attempt) resolveCommit(ctx context.Context, finished Lease, header http.Header, snap *Snapshot, commitErr error) {
-	rec, err := a.m.store.Lookup(ctx, a.scope, a.key)
-	switch {
-	case err != nil && !errors.Is(err, ErrRecordNotFound):
-		// We cannot tell. The record stays PROCESSING (if it did not commit)
-		// until its lease expires, so a retry can never execute twice.
-		err = fmt.Errorf("%w: commit: %v; re-read: %v", ErrCommitUnknown, commitErr, err)
+	unknown := func(err error) {
+		// The key stays claimed until its lease expires, so a retry can
+		// never execute twice, and then learns the real outcome.
+		err = fmt.Errorf("%w: commit: %v; then: %v", ErrCommitUnknown, commitErr, err)
 		a.m.log(slog.LevelError, "commit outcome unknown", a.keyHash, "err", err)
 		a.fail(OutcomeUnknown, err)
-	case err == nil && rec.Status.Final() && rec.Owner == finished.Owner && rec.Version == finished.Version:
-		a.m.log(slog.LevelWarn, "commit reported an error but had committed", a.keyHash, "err", commitErr)
-		writeResponse(a.w, snap.StatusCode, header, snap.Body)
-		a.done(Event{Outcome: OutcomeCommitted, Status: snap.StatusCode})
-	case err == nil && rec.Status == StatusProcessing && rec.Owner == a.lease.Owner && rec.Version == a.lease.Version:
-		a.release(ctx, fmt.Errorf("idempotency: commit: %w", commitErr))
-	default:
-		a.answerCurrentOwner(ctx, fmt.Errorf("idempotency: commit: %w", commitErr))
 	}
+	for range 2 {
+		rec, err := a.m.store.Lookup(ctx, a.scope, a.key)
+		switch {
+		case err != nil && !errors.Is(err, ErrRecordNotFound):
+			unknown(err)
+			return
+		case err == nil && rec.Status.Final() && rec.Owner == finished.Owner && rec.Version == finished.Version:
+			a.m.log(slog.LevelWarn, "commit reported an error but had committed", a.keyHash, "err", commitErr)
+			writeResponse(a.w, snap.StatusCode, header, snap.Body)
+			a.done(Event{Outcome: OutcomeCommitted, Status: snap.StatusCode})
+			return
+		case err == nil && rec.Status == StatusProcessing && rec.Owner == a.lease.Owner && rec.Version == a.lease.Version:
+			err := a.m.store.Release(ctx, a.lease)
+			if err == nil {
+				a.answerReleased(fmt.Errorf("idempotency: commit failed, key released: %w", commitErr))
+				return
+			}
+			if !errors.Is(err, ErrLeaseLost) {
+				unknown(err)
+				return
+			}
+			// The release matched nothing: the commit landed meanwhile, or
+			// someone took over. Read again.
+		default:
+			a.answerCurrentOwner(ctx, fmt.Errorf("idempotency: commit: %w", commitErr))
+			return
+		}
+	}
+	unknown(errors.New("the record kept changing"))
 }
 
 // storeRejection is step 6 for a final non-2xx (a business rejection such as
@@ -419,6 +440,11 @@ func (a *attempt) release(ctx context.Context, cause error) {
 	if err := a.m.store.Release(ctx, a.lease); err != nil && !errors.Is(err, ErrLeaseLost) {
 		cause = fmt.Errorf("%w; release: %v", cause, err)
 	}
+	a.answerReleased(cause)
+}
+
+// answerReleased answers an attempt that was rolled back and released.
+func (a *attempt) answerReleased(cause error) {
 	a.m.log(slog.LevelWarn, "attempt failed; key released", a.keyHash, "err", cause)
 	p := problemFor(cause, a.m.cfg.ConflictStatus)
 	WriteProblem(a.w, p)

@@ -27,7 +27,7 @@ type Dialect struct {
 	// Lookup selects one record. Params: scope, key. Columns:
 	// request_fingerprint, status, locked_by, lease_version, response_status,
 	// response_headers, response_body, created_at, updated_at, locked_until,
-	// expires_at, lease_expired (0/1), expired (0/1).
+	// expires_at, lease_expired (0/1), expired (0/1), the database's now.
 	Lookup string
 
 	// TakeOver re-claims a record whose lease or retention has expired,
@@ -49,6 +49,15 @@ type Dialect struct {
 	// fenced. Params: lease µs, scope, key, owner, version.
 	Extend string
 
+	// InsertFinal inserts a finished record (single-phase mode) with
+	// lease_version 1. Params: scope, key, fingerprint, status, owner,
+	// response_status, response_headers, response_body, retention µs.
+	InsertFinal string
+
+	// Forget deletes a record past its retention, fenced by version.
+	// Params: scope, key, version.
+	Forget string
+
 	// ExpiredLeases selects PROCESSING records whose lease has expired,
 	// oldest lease first, with the same columns as Lookup preceded by scope
 	// and idempotency_key. Params: limit.
@@ -57,6 +66,12 @@ type Dialect struct {
 	// Purge deletes final records past expires_at, at most limit of them.
 	// Params: limit.
 	Purge string
+
+	// SingleWriter marks a database with one writer at a time (SQLite): an
+	// open business transaction holds the only write lock, so no other
+	// attempt can take its key over and ExtendLease need not (and, from a
+	// second connection, could not) write a heartbeat.
+	SingleWriter bool
 
 	// IsDuplicate reports a unique-key violation.
 	IsDuplicate func(error) bool
@@ -67,10 +82,6 @@ type Dialect struct {
 	// IsTransient reports an error worth retrying for a single autocommit
 	// statement (deadlock, lock wait timeout, SQLITE_BUSY).
 	IsTransient func(error) bool
-	// IsServerError reports an error the database server answered with, as
-	// opposed to a broken connection. A COMMIT that fails with a server error
-	// did not commit; one that fails otherwise may have.
-	IsServerError func(error) bool
 }
 
 // SQLStore is a Store over database/sql, parameterised by a Dialect.
@@ -90,6 +101,9 @@ var _ Store = (*SQLStore)(nil)
 func NewSQLStore(db *sql.DB, d Dialect) *SQLStore {
 	return &SQLStore{db: db, dialect: d, retries: 4, retryBase: 5 * time.Millisecond}
 }
+
+// SingleWriter reports the dialect's SingleWriter.
+func (s *SQLStore) SingleWriter() bool { return s.dialect.SingleWriter }
 
 // DB returns the underlying database handle.
 func (s *SQLStore) DB() *sql.DB { return s.db }
@@ -150,9 +164,10 @@ func scanRecord(row interface{ Scan(...any) error }, rec *Record, leading ...any
 		respHeaders, respBody                    []byte
 		created, updated, lockedUntil, expiresAt dbTime
 		leaseExpired, expired                    sql.NullBool
+		readAt                                   dbTime
 	)
 	dest := append(leading, &rec.Fingerprint, &status, &rec.Owner, &rec.Version, &respStatus, &respHeaders, &respBody,
-		&created, &updated, &lockedUntil, &expiresAt, &leaseExpired, &expired)
+		&created, &updated, &lockedUntil, &expiresAt, &leaseExpired, &expired, &readAt)
 	if err := row.Scan(dest...); err != nil {
 		return err
 	}
@@ -160,6 +175,7 @@ func scanRecord(row interface{ Scan(...any) error }, rec *Record, leading ...any
 	rec.CreatedAt, rec.UpdatedAt = created.Time, updated.Time
 	rec.LockedUntil, rec.ExpiresAt = lockedUntil.Time, expiresAt.Time
 	rec.LeaseExpired, rec.Expired = leaseExpired.Bool, expired.Bool
+	rec.ReadAt = readAt.Time
 	if respStatus.Valid {
 		snap := &Snapshot{StatusCode: int(respStatus.Int64), Body: respBody, Header: http.Header{}}
 		if len(respHeaders) > 0 {
@@ -216,6 +232,33 @@ func (s *SQLStore) Finish(ctx context.Context, l Lease, st Status, snap *Snapsho
 	}
 	l.Version++
 	return l, nil
+}
+
+// InsertFinal implements Store.
+func (s *SQLStore) InsertFinal(ctx context.Context, tx *sql.Tx, c Claim, st Status, snap *Snapshot) (Lease, error) {
+	args, err := finishArgs(Lease{}, st, snap, c.Retention)
+	if err != nil {
+		return Lease{}, err
+	}
+	args = append([]any{c.Scope, c.Key, c.Fingerprint, args[0], c.Owner}, args[1:5]...)
+	if tx != nil {
+		_, err = tx.ExecContext(ctx, s.dialect.InsertFinal, args...)
+	} else {
+		_, err = s.exec(ctx, s.dialect.InsertFinal, args...)
+	}
+	if err != nil {
+		if s.dialect.IsDuplicate(err) {
+			return Lease{}, ErrKeyClaimed
+		}
+		return Lease{}, fmt.Errorf("idempotency: insert final record: %w", err)
+	}
+	return Lease{Scope: c.Scope, Key: c.Key, Owner: c.Owner, Version: 1}, nil
+}
+
+// Forget implements Store.
+func (s *SQLStore) Forget(ctx context.Context, scope, key string, version int64) error {
+	res, err := s.exec(ctx, s.dialect.Forget, scope, key, version)
+	return s.fenced(res, err, "forget expired record")
 }
 
 // Release implements Store.

@@ -57,6 +57,10 @@ type Record struct {
 	// so the application never compares its own clock with the database's.
 	LeaseExpired bool
 	Expired      bool
+
+	// ReadAt is the store's clock when the record was read, so that
+	// ExpiresAt.Sub(ReadAt) is how long the record still lives.
+	ReadAt time.Time
 }
 
 // Claim describes a new attempt on a key.
@@ -104,6 +108,17 @@ type Store interface {
 	// bumps the version, so that a reconciler that read the expired lease
 	// can no longer release it.
 	Extend(ctx context.Context, l Lease, d time.Duration) (Lease, error)
+
+	// InsertFinal inserts a finished record with its snapshot: the
+	// single-phase mode's only write, inside the business transaction tx (or
+	// in autocommit when tx is nil, for a rejection). It returns
+	// ErrKeyClaimed if a record for the scope and key exists.
+	InsertFinal(ctx context.Context, tx *sql.Tx, c Claim, st Status, snap *Snapshot) (Lease, error)
+
+	// Forget deletes a record whose retention has passed, read at version,
+	// so that its key is new again. It returns ErrLeaseLost if the record
+	// changed or is not expired.
+	Forget(ctx context.Context, scope, key string, version int64) error
 
 	// ExpiredLeases returns up to limit PROCESSING records whose lease has
 	// expired, oldest first: the reconciler's work list.

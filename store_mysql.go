@@ -30,7 +30,7 @@ VALUES (?, ?, ?, 'PROCESSING', ?, 1,
 	Lookup: `SELECT request_fingerprint, status, locked_by, lease_version,
   response_status, response_headers, response_body,
   created_at, updated_at, locked_until, expires_at,
-  locked_until IS NULL OR locked_until <= NOW(6), expires_at <= NOW(6)
+  locked_until IS NULL OR locked_until <= NOW(6), expires_at <= NOW(6), NOW(6)
 FROM idempotency_record WHERE scope = ? AND idempotency_key = ?`,
 	// MySQL evaluates single-table SET assignments left to right, so
 	// created_at is computed from the old expires_at before it changes.
@@ -59,10 +59,17 @@ WHERE scope = ? AND idempotency_key = ? AND locked_by = ? AND lease_version = ?
   AND status = 'PROCESSING'`,
 	ExpiredLeases: `SELECT scope, idempotency_key, request_fingerprint, status, locked_by, lease_version,
   response_status, response_headers, response_body,
-  created_at, updated_at, locked_until, expires_at, 1, expires_at <= NOW(6)
+  created_at, updated_at, locked_until, expires_at, 1, expires_at <= NOW(6), NOW(6)
 FROM idempotency_record
 WHERE status = 'PROCESSING' AND locked_until <= NOW(6)
 ORDER BY locked_until LIMIT ?`,
+	InsertFinal: `INSERT INTO idempotency_record
+  (scope, idempotency_key, request_fingerprint, status, locked_by, lease_version,
+   locked_until, response_status, response_headers, response_body,
+   created_at, updated_at, expires_at)
+VALUES (?, ?, ?, ?, ?, 1, NULL, ?, ?, ?, NOW(6), NOW(6), NOW(6) + INTERVAL ? MICROSECOND)`,
+	Forget: `DELETE FROM idempotency_record
+WHERE scope = ? AND idempotency_key = ? AND lease_version = ? AND expires_at <= NOW(6)`,
 	// Ordered by the expiry index so each batch is a short range scan; the
 	// status test keeps PROCESSING records, whose fate the lease decides.
 	Purge: `DELETE FROM idempotency_record
@@ -72,10 +79,6 @@ ORDER BY expires_at LIMIT ?`,
 	IsLeaseConflict: func(err error) bool { return mysqlErrorIs(err, mysqlErrRecordChanged) },
 	IsTransient: func(err error) bool {
 		return mysqlErrorIs(err, mysqlErrLockDeadlock) || mysqlErrorIs(err, mysqlErrLockWaitTimeout)
-	},
-	IsServerError: func(err error) bool {
-		var me *mysql.MySQLError
-		return errors.As(err, &me)
 	},
 }
 

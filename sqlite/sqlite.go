@@ -44,7 +44,7 @@ VALUES (?, ?, ?, 'PROCESSING', ?, 1,
 	Lookup: `SELECT request_fingerprint, status, locked_by, lease_version,
   response_status, response_headers, response_body,
   created_at, updated_at, locked_until, expires_at,
-  locked_until IS NULL OR locked_until <= ` + now + `, expires_at <= ` + now + `
+  locked_until IS NULL OR locked_until <= ` + now + `, expires_at <= ` + now + `, ` + now + `
 FROM idempotency_record WHERE scope = ? AND idempotency_key = ?`,
 	// SQLite evaluates every SET expression against the old row, so
 	// created_at sees the old expires_at wherever it stands in the list: a
@@ -75,10 +75,17 @@ WHERE scope = ? AND idempotency_key = ? AND locked_by = ? AND lease_version = ?
   AND status = 'PROCESSING'`,
 	ExpiredLeases: `SELECT scope, idempotency_key, request_fingerprint, status, locked_by, lease_version,
   response_status, response_headers, response_body,
-  created_at, updated_at, locked_until, expires_at, 1, expires_at <= ` + now + `
+  created_at, updated_at, locked_until, expires_at, 1, expires_at <= ` + now + `, ` + now + `
 FROM idempotency_record
 WHERE status = 'PROCESSING' AND locked_until <= ` + now + `
 ORDER BY locked_until LIMIT ?`,
+	InsertFinal: `INSERT INTO idempotency_record
+  (scope, idempotency_key, request_fingerprint, status, locked_by, lease_version,
+   locked_until, response_status, response_headers, response_body,
+   created_at, updated_at, expires_at)
+VALUES (?, ?, ?, ?, ?, 1, NULL, ?, ?, ?, ` + now + `, ` + now + `, ` + now + ` + ?)`,
+	Forget: `DELETE FROM idempotency_record
+WHERE scope = ? AND idempotency_key = ? AND lease_version = ? AND expires_at <= ` + now,
 	// SQLite builds without DELETE ... LIMIT by default, so a subquery picks
 	// the batch; the table has no rowid, its primary key names the rows. The
 	// unary + keeps the planner off the (status, locked_until) index, which
@@ -101,12 +108,7 @@ WHERE (scope, idempotency_key) IN (
 		code, ok := errorCode(err)
 		return ok && (code&0xff == sqliteBusy || code&0xff == sqliteLocked)
 	},
-	// The "server" is in-process: any error SQLite itself returned is its
-	// answer, and a COMMIT it refused did not commit.
-	IsServerError: func(err error) bool {
-		_, ok := errorCode(err)
-		return ok
-	},
+	SingleWriter: true,
 }
 
 func errorCode(err error) (int, bool) {

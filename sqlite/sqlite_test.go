@@ -132,7 +132,6 @@ func TestBeginTx_TakesWriteLockAtBegin(t *testing.T) {
 		"INSERT INTO purchase_order (order_no, scope, user_id, sku_id, quantity, unit_price_cents, discount_cents, total_cents, status) VALUES ('o', 's', 1, 1, 1, 1, 0, 1, 'NEW')")
 	require.Error(t, err)
 	require.True(t, sqlite.Dialect.IsTransient(err), "want SQLITE_BUSY, got %v", err)
-	require.True(t, sqlite.Dialect.IsServerError(err))
 	require.False(t, sqlite.Dialect.IsDuplicate(err))
 	require.False(t, sqlite.Dialect.IsLeaseConflict(err))
 
@@ -158,18 +157,15 @@ func TestDialect_ClassifiesErrors(t *testing.T) {
 	for name, err := range map[string]error{"unique": unique, "primary key": primary} {
 		wrapped := fmt.Errorf("claim: %w", err)
 		require.True(t, sqlite.Dialect.IsDuplicate(wrapped), "%s: %v", name, err)
-		require.True(t, sqlite.Dialect.IsServerError(wrapped), name)
 		require.False(t, sqlite.Dialect.IsTransient(wrapped), name)
 		require.False(t, sqlite.Dialect.IsLeaseConflict(wrapped), name)
 	}
 	require.Error(t, syntax)
 	require.False(t, sqlite.Dialect.IsDuplicate(syntax))
 	require.False(t, sqlite.Dialect.IsTransient(syntax))
-	require.True(t, sqlite.Dialect.IsServerError(syntax))
 	for _, err := range []error{errors.New("x"), context.Canceled, sql.ErrConnDone} {
 		require.False(t, sqlite.Dialect.IsDuplicate(err))
 		require.False(t, sqlite.Dialect.IsTransient(err))
-		require.False(t, sqlite.Dialect.IsServerError(err), "a non-SQLite error may have left a commit unknown")
 	}
 }
 

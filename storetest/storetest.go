@@ -355,4 +355,48 @@ func Exercise(t *testing.T, newStore func(t *testing.T) idempotency.Store) {
 			require.Equal(t, want, err == nil, "record %s kept=%v", key, want)
 		}
 	})
+
+	t.Run("InsertFinal_InTransaction_CommitsWithIt_AndCollidesWithExistingKey", func(t *testing.T) {
+		s := newStore(t)
+		tx, err := s.BeginTx(ctx)
+		require.NoError(t, err)
+		lease, err := s.InsertFinal(ctx, tx, claim("s", "k"), idempotency.StatusDone, snap)
+		require.NoError(t, err)
+		require.EqualValues(t, 1, lease.Version)
+		_, err = s.Lookup(ctx, "s", "k")
+		require.ErrorIs(t, err, idempotency.ErrRecordNotFound, "invisible before commit")
+		require.NoError(t, tx.Commit())
+
+		rec, err := s.Lookup(ctx, "s", "k")
+		require.NoError(t, err)
+		require.Equal(t, idempotency.StatusDone, rec.Status)
+		require.Equal(t, snap, rec.Snapshot)
+		require.InDelta(t, time.Hour.Seconds(), rec.ExpiresAt.Sub(rec.ReadAt).Seconds(), 60)
+
+		_, err = s.InsertFinal(ctx, nil, claim("s", "k"), idempotency.StatusFailed, snap)
+		require.ErrorIs(t, err, idempotency.ErrKeyClaimed)
+		_, err = s.Claim(ctx, claim("s", "k"))
+		require.ErrorIs(t, err, idempotency.ErrKeyClaimed)
+	})
+
+	t.Run("Forget_DeletesOnlyAnExpiredRecordAtItsVersion", func(t *testing.T) {
+		s := newStore(t)
+		live := claim("s", "live")
+		_, err := s.InsertFinal(ctx, nil, live, idempotency.StatusDone, snap)
+		require.NoError(t, err)
+		require.ErrorIs(t, s.Forget(ctx, "s", "live", 1), idempotency.ErrLeaseLost)
+
+		old := claim("s", "old")
+		old.Retention = time.Microsecond
+		_, err = s.InsertFinal(ctx, nil, old, idempotency.StatusDone, snap)
+		require.NoError(t, err)
+		require.Eventually(t, func() bool {
+			rec, err := s.Lookup(ctx, "s", "old")
+			return err == nil && rec.Expired
+		}, 5*time.Second, time.Millisecond)
+		require.ErrorIs(t, s.Forget(ctx, "s", "old", 2), idempotency.ErrLeaseLost)
+		require.NoError(t, s.Forget(ctx, "s", "old", 1))
+		_, err = s.Lookup(ctx, "s", "old")
+		require.ErrorIs(t, err, idempotency.ErrRecordNotFound)
+	})
 }
