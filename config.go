@@ -9,9 +9,42 @@ import (
 	"time"
 )
 
+// Mode selects how a route records its outcome.
+type Mode int
+
+const (
+	// ModeClaimFirst claims the key with a PROCESSING record in its own
+	// statement before the handler runs, and finishes it inside the business
+	// transaction. Concurrent duplicates are answered in-progress at once
+	// (or wait InFlightWait). Use it for handlers with effects outside the
+	// database (a payment API, a message): they run at most once per key
+	// while the lease holds.
+	ModeClaimFirst Mode = iota
+
+	// ModeSinglePhase runs the handler first and inserts the finished record
+	// at the end of the same transaction. No PROCESSING row ever exists, so
+	// a crash leaves nothing behind, and there is one statement less per
+	// request. A concurrent duplicate also executes, then collides on the
+	// record's primary key (or the order's unique key) at commit, rolls back
+	// and replays the winner. Use it only for handlers whose every effect is
+	// in the transaction.
+	ModeSinglePhase
+)
+
 // Config configures a Middleware. The zero value is usable: every field has
 // a default.
 type Config struct {
+	// Mode selects claim-first or single-phase recording. Defaults to
+	// ModeClaimFirst.
+	Mode Mode
+
+	// ReplayCacheBytes bounds an in-process cache of finished snapshots,
+	// checked with the fingerprint, that serves replays without a database
+	// round trip. Only final records are cached (they never change before
+	// their retention ends, which the cache respects). 0 means the default,
+	// 8 MiB; a negative value turns the cache off.
+	ReplayCacheBytes int64
+
 	// Route names the protected route in observations (a bounded label such
 	// as "create_order"). Defaults to "default".
 	Route string
@@ -104,6 +137,9 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
+	if c.ReplayCacheBytes == 0 {
+		c.ReplayCacheBytes = 8 << 20
+	}
 	if c.Route == "" {
 		c.Route = "default"
 	}
@@ -172,6 +208,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("idempotency: Retention %v is shorter than Lease %v", c.Retention, c.Lease)
 	case c.ConflictStatus != http.StatusConflict && c.ConflictStatus != http.StatusUnprocessableEntity:
 		return fmt.Errorf("idempotency: ConflictStatus %d: want 409 or 422", c.ConflictStatus)
+	case c.Mode != ModeClaimFirst && c.Mode != ModeSinglePhase:
+		return fmt.Errorf("idempotency: unknown Mode %d", c.Mode)
 	case c.RetryAfter < 0 || c.InFlightWait < 0:
 		return errors.New("idempotency: RetryAfter and InFlightWait must not be negative")
 	case len(c.InstanceID) > 64:

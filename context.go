@@ -23,6 +23,10 @@ type execution struct {
 
 	mu    sync.Mutex // a handler may heartbeat from its own goroutine
 	lease Lease
+
+	// singlePhase: no record exists while the handler runs, so there is no
+	// lease to extend; only the deadline moves.
+	singlePhase bool
 }
 
 func (e *execution) currentLease() Lease {
@@ -68,7 +72,7 @@ func ExtendLease(ctx context.Context) error {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if sw, ok := e.store.(interface{ SingleWriter() bool }); ok && sw.SingleWriter() {
+	if sw, ok := e.store.(interface{ SingleWriter() bool }); e.singlePhase || (ok && sw.SingleWriter()) {
 		e.deadline.Reset(handlerBudget(e.leaseD))
 		return nil
 	}

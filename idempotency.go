@@ -26,6 +26,7 @@ type Middleware struct {
 	fingerprint   FingerprintFunc
 	replayHeaders []string
 	inflight      inflight
+	cache         *replayCache
 }
 
 // New returns a Middleware over store. A nil cfg means the defaults.
@@ -49,6 +50,7 @@ func New(store Store, cfg *Config) (*Middleware, error) {
 		m.replayHeaders = append(m.replayHeaders, http.CanonicalHeaderKey(h))
 	}
 	m.inflight.waiters = map[string]chan struct{}{}
+	m.cache = newReplayCache(c.ReplayCacheBytes, time.Now)
 	return m, nil
 }
 
@@ -104,7 +106,15 @@ func (a *attempt) serve() {
 		a.reject(err)
 		return
 	}
-	// 4. Claim.
+	// 4. Replay a finished key from the cache, or claim the key.
+	if rec := a.m.cache.get(a.scope, a.key); rec != nil {
+		a.respondToDuplicate(rec)
+		return
+	}
+	if a.m.cfg.Mode == ModeSinglePhase {
+		a.serveSinglePhase()
+		return
+	}
 	rec, err := a.claim()
 	switch {
 	case err != nil:
@@ -218,7 +228,7 @@ func (a *attempt) claim() (*Record, error) {
 			end(StageEnd{Outcome: OutcomeStoreError, Err: err})
 			return nil, err
 		}
-		rec, err = a.m.store.Lookup(ctx, a.scope, a.key)
+		rec, err = a.lookup(ctx)
 		if errors.Is(err, ErrRecordNotFound) {
 			continue // released or purged since our INSERT: claim again
 		}
@@ -262,73 +272,119 @@ func (a *attempt) mayTakeOver(rec *Record) bool {
 }
 
 // execute is step 5: run the handler inside a transaction with a recording
-// writer. The transaction runs on a context detached from the client's: an
-// agent whose gateway timed out has usually gone away, and the order it asked
-// for should still commit so that its retry replays it. The lease bounds it.
+// writer, then step 6: finalize by what it answered.
 func (a *attempt) execute() {
 	wake := a.m.inflight.begin(a.scope, a.key)
 	defer wake()
+	ctx, exec, stop := a.detach()
+	defer stop()
 
-	ctx, cancel := context.WithCancel(context.WithoutCancel(a.ctx))
-	defer cancel()
-	exec := &execution{
-		store: a.m.store, lease: a.lease, key: a.key, scope: a.scope, leaseD: a.m.cfg.Lease,
-		deadline: time.AfterFunc(handlerBudget(a.m.cfg.Lease), cancel),
-	}
-	defer exec.deadline.Stop()
-
-	stageCtx, end := a.m.startStage(ctx, StageExecute)
-	tx, err := a.m.store.BeginTx(ctx)
+	res, err := a.runHandler(ctx, exec)
 	if err != nil {
-		end(StageEnd{Outcome: OutcomeStoreError, Err: err})
 		a.release(ctx, err)
 		return
 	}
-	exec.tx = tx
-	rec := newRecorder(a.w, a.m.cfg.MaxSnapshotBytes)
-	panicked := runHandler(a.next, rec, a.r.WithContext(context.WithValue(stageCtx, contextKey{}, exec)))
-	status, header := rec.result()
-	end(StageEnd{Err: panicError(panicked)})
 
 	// 6. Finalize, under the lease as the handler's heartbeats left it.
 	a.lease = exec.currentLease()
-	ctx, endFinalize := a.m.startStage(ctx, StageFinalize)
-	defer func() { endFinalize(StageEnd{}) }()
+	ctx, end := a.m.startStage(ctx, StageFinalize)
+	defer func() { end(StageEnd{}) }()
+	switch res.verdict(a.m.cfg.IsFinalFunc) {
+	case verdictBroken:
+		_ = res.tx.Rollback()
+		if res.panicked == http.ErrAbortHandler {
+			_ = a.m.store.Release(ctx, a.lease)
+			panic(res.panicked) // net/http aborts the response, as the handler asked
+		}
+		a.release(ctx, res.err(a.m.cfg.MaxSnapshotBytes))
+	case verdictCommit:
+		a.commit(ctx, res.tx, res.header, a.m.snapshot(res.status, res.header, res.body))
+	case verdictReject:
+		_ = res.tx.Rollback()
+		a.storeRejection(ctx, res.header, a.m.snapshot(res.status, res.header, res.body))
+	case verdictRetry:
+		_ = res.tx.Rollback()
+		a.releaseAndPassThrough(ctx, res.status, res.header, res.body)
+	}
+}
+
+// detach returns the context the handler and finalize run on, detached from
+// the client's: an agent whose gateway timed out has usually gone away, and
+// the order it asked for should still commit so that its retry replays it.
+// The lease bounds it instead: the context ends a tenth before the lease.
+func (a *attempt) detach() (context.Context, *execution, func()) {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(a.ctx))
+	exec := &execution{
+		store: a.m.store, lease: a.lease, key: a.key, scope: a.scope, leaseD: a.m.cfg.Lease,
+		singlePhase: a.m.cfg.Mode == ModeSinglePhase,
+		deadline:    time.AfterFunc(handlerBudget(a.m.cfg.Lease), cancel),
+	}
+	return ctx, exec, func() { exec.deadline.Stop(); cancel() }
+}
+
+// handlerResult is what the wrapped handler did inside its transaction.
+type handlerResult struct {
+	tx         *sql.Tx
+	status     int
+	header     http.Header
+	body       []byte
+	panicked   any
+	overflowed bool
+}
+
+type verdict int
+
+const (
+	verdictCommit verdict = iota // 2xx: commit with the snapshot
+	verdictReject                // final non-2xx: roll back, store the answer
+	verdictRetry                 // non-final: roll back, let a retry execute
+	verdictBroken                // panic or unstorable answer: roll back, 500
+)
+
+func (h *handlerResult) verdict(isFinal func(int) bool) verdict {
 	switch {
-	case panicked == http.ErrAbortHandler:
-		_ = tx.Rollback()
-		_ = a.m.store.Release(ctx, a.lease)
-		panic(panicked) // net/http aborts the response, as the handler asked
-	case panicked != nil:
-		_ = tx.Rollback()
-		a.release(ctx, panicError(panicked))
-	case rec.overflowed:
-		_ = tx.Rollback()
-		a.release(ctx, fmt.Errorf("idempotency: response body over MaxSnapshotBytes (%d)", a.m.cfg.MaxSnapshotBytes))
-	case status >= 200 && status < 300 && a.m.cfg.IsFinalFunc(status):
-		a.commit(ctx, tx, header, a.m.snapshot(status, header, rec.body.Bytes()))
-	case a.m.cfg.IsFinalFunc(status):
-		_ = tx.Rollback()
-		a.storeRejection(ctx, header, a.m.snapshot(status, header, rec.body.Bytes()))
+	case h.panicked != nil || h.overflowed:
+		return verdictBroken
+	case !isFinal(h.status):
+		return verdictRetry
+	case h.status >= 200 && h.status < 300:
+		return verdictCommit
 	default:
-		_ = tx.Rollback()
-		a.releaseAndPassThrough(ctx, status, header, rec.body.Bytes())
+		return verdictReject
 	}
 }
 
-// runHandler calls next and turns a panic into a value, so that the
-// transaction is rolled back and the key released.
-func runHandler(next http.Handler, w http.ResponseWriter, r *http.Request) (panicked any) {
-	defer func() { panicked = recover() }()
-	next.ServeHTTP(w, r)
-	return nil
+func (h *handlerResult) err(limit int) error {
+	if h.panicked != nil {
+		return fmt.Errorf("idempotency: handler panicked: %v", h.panicked)
+	}
+	return fmt.Errorf("idempotency: response body over MaxSnapshotBytes (%d)", limit)
 }
 
-func panicError(v any) error {
-	if v == nil {
-		return nil
+// runHandler begins the transaction and calls the handler with it in its
+// context. A panic becomes a value, so that the transaction is rolled back.
+func (a *attempt) runHandler(ctx context.Context, exec *execution) (*handlerResult, error) {
+	ctx, end := a.m.startStage(ctx, StageExecute)
+	tx, err := a.m.store.BeginTx(ctx)
+	if err != nil {
+		end(StageEnd{Outcome: OutcomeStoreError, Err: err})
+		return nil, err
 	}
-	return fmt.Errorf("idempotency: handler panicked: %v", v)
+	exec.tx = tx
+	rec := newRecorder(a.w, a.m.cfg.MaxSnapshotBytes)
+	res := &handlerResult{tx: tx}
+	func() {
+		defer func() { res.panicked = recover() }()
+		a.next.ServeHTTP(rec, a.r.WithContext(context.WithValue(ctx, contextKey{}, exec)))
+	}()
+	res.status, res.header = rec.result()
+	res.body, res.overflowed = rec.body.Bytes(), rec.overflowed
+	if res.panicked != nil {
+		end(StageEnd{Err: res.err(0)})
+	} else {
+		end(StageEnd{})
+	}
+	return res, nil
 }
 
 // commit is step 6 for a 2xx: finish the record with the snapshot inside the
@@ -349,6 +405,7 @@ func (a *attempt) commit(ctx context.Context, tx *sql.Tx, header http.Header, sn
 		a.resolveCommit(ctx, finished, header, snap, err)
 		return
 	}
+	a.m.cacheOwn(a.scope, a.key, a.fingerprint, StatusDone, snap)
 	writeResponse(a.w, snap.StatusCode, header, snap.Body)
 	a.done(Event{Outcome: OutcomeCommitted, Status: snap.StatusCode})
 }
@@ -369,7 +426,7 @@ func (a *attempt) resolveCommit(ctx context.Context, finished Lease, header http
 		a.fail(OutcomeUnknown, err)
 	}
 	for range 2 {
-		rec, err := a.m.store.Lookup(ctx, a.scope, a.key)
+		rec, err := a.lookup(ctx)
 		switch {
 		case err != nil && !errors.Is(err, ErrRecordNotFound):
 			unknown(err)
@@ -415,6 +472,8 @@ func (a *attempt) storeRejection(ctx context.Context, header http.Header, snap *
 		_ = a.m.store.Release(ctx, a.lease)
 		a.note(Event{Outcome: OutcomeStoreError, Err: err})
 		a.m.log(slog.LevelError, "could not store a rejection; key released", a.keyHash, "err", err)
+	default:
+		a.m.cacheOwn(a.scope, a.key, a.fingerprint, StatusFailed, snap)
 	}
 	writeResponse(a.w, snap.StatusCode, header, snap.Body)
 	a.done(Event{Outcome: OutcomeRejected, Status: snap.StatusCode})
@@ -456,7 +515,7 @@ func (a *attempt) answerReleased(cause error) {
 func (a *attempt) answerCurrentOwner(ctx context.Context, cause error) {
 	a.note(Event{Outcome: OutcomeLeaseLost, Err: cause})
 	a.m.log(slog.LevelWarn, "lease lost; rolled back", a.keyHash, "err", cause)
-	rec, err := a.m.store.Lookup(ctx, a.scope, a.key)
+	rec, err := a.lookup(ctx)
 	if err != nil {
 		// Released, or unreadable: nothing of ours committed; a retry decides.
 		a.fail(OutcomeStoreError, fmt.Errorf("idempotency: lease lost, then: %w", err))
@@ -508,7 +567,7 @@ func (a *attempt) waitForFinal(rec *Record) *Record {
 			poll = min(2*poll, 250*time.Millisecond)
 		}
 		timer.Stop()
-		next, err := a.m.store.Lookup(ctx, a.scope, a.key)
+		next, err := a.lookup(ctx)
 		if err != nil {
 			return rec // released or unreadable: answer in-progress, the client retries
 		}
@@ -540,6 +599,23 @@ func (a *attempt) fail(outcome Outcome, err error) {
 	}
 	WriteProblem(a.w, p)
 	a.done(Event{Outcome: outcome, Status: p.Status, Err: err})
+}
+
+// lookup reads the key's record with a fresh statement and caches it if it
+// is final, for as long as the store says it lives.
+func (a *attempt) lookup(ctx context.Context) (*Record, error) {
+	rec, err := a.m.store.Lookup(ctx, a.scope, a.key)
+	if err == nil && rec.Status.Final() && !rec.Expired {
+		ttl := rec.ExpiresAt.Sub(rec.ReadAt)
+		a.m.cache.put(rec, ttl-cacheMargin(ttl))
+	}
+	return rec, err
+}
+
+// cacheOwn caches a record this process just finished.
+func (m *Middleware) cacheOwn(scope, key, fingerprint string, st Status, snap *Snapshot) {
+	ttl := m.cfg.Retention
+	m.cache.put(&Record{Scope: scope, Key: key, Fingerprint: fingerprint, Status: st, Snapshot: snap}, ttl-cacheMargin(ttl))
 }
 
 // note reports a step outcome.

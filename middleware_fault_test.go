@@ -321,7 +321,7 @@ var faultLookupColumns = []string{
 	"request_fingerprint", "status", "locked_by", "lease_version",
 	"response_status", "response_headers", "response_body",
 	"created_at", "updated_at", "locked_until", "expires_at",
-	"lease_expired", "expired",
+	"lease_expired", "expired", "read_at",
 }
 
 // faultRow is the record a lookup returns.
@@ -467,7 +467,7 @@ func (h *faultHarness) recordValues(r faultRow, owner string) []driver.Value {
 		code, headers, body, lockedUntil = int64(r.code), faultSnapshotHeaders(r.location), []byte(r.body), nil
 	}
 	return []driver.Value{fp, string(r.status), owner, r.version, code, headers, body,
-		now.Add(-time.Minute), now, lockedUntil, now.Add(24 * time.Hour), r.leaseExpired, r.expired}
+		now.Add(-time.Minute), now, lockedUntil, now.Add(24 * time.Hour), r.leaseExpired, r.expired, now}
 }
 
 // faultSnapshotHeaders is the stored JSON of the headers the middleware keeps.
