@@ -73,6 +73,11 @@ type Options struct {
 
 	// HandlerDelay is an artificial delay inside the create transaction.
 	HandlerDelay time.Duration
+
+	// AfterCreate, when set, runs inside the create transaction after the
+	// order row is written; an error fails the request with a 500. The
+	// example server uses it for fault injection.
+	AfterCreate func(ctx context.Context) error
 }
 
 // Service serves the order API.
@@ -310,6 +315,11 @@ func (s *Service) createOrder(ctx context.Context, tx *sql.Tx, r *http.Request) 
 				"An order with this order number or idempotency key already exists.")}
 		}
 		return failure(err)
+	}
+	if s.opts.AfterCreate != nil {
+		if err := s.opts.AfterCreate(ctx); err != nil {
+			return failure(err)
+		}
 	}
 	if s.opts.HandlerDelay > 0 {
 		select {

@@ -7,11 +7,18 @@
 //
 //	-addr HOST:PORT        listen address (default 127.0.0.1:8080)
 //	-db URL                sqlite://PATH or mysql://DSN (default sqlite://orders.db)
+//	-mode M                claim-first (default) or single-phase
 //	-lease D               how long a PROCESSING claim is held (default 30s)
 //	-retention D           how long a finished key is remembered (default 24h)
 //	-in-flight-wait D      how long a duplicate waits for the original (default 0)
+//	-reconcile-interval D  how often abandoned claims are settled (default 5s; 0 = off)
+//	-purge-interval D      how often expired records are deleted (default 1m; 0 = off)
 //	-handler-delay D       artificial delay inside the create transaction (default 0)
 //	-idempotency=false     the same handlers without the middleware (baseline)
+//
+// IDEMPOTENCY_CRASH_POINT=after-claim|in-handler|during-finalize|after-commit|during-release
+// makes the server SIGKILL itself at that point of the first request that
+// reaches it: the crash-safety tests use it.
 package main
 
 import (
@@ -43,9 +50,12 @@ func main() {
 }
 
 type flags struct {
-	addr         string
-	db           string
-	lease        time.Duration
+	addr              string
+	db                string
+	mode              string
+	reconcileInterval time.Duration
+	purgeInterval     time.Duration
+	lease             time.Duration
 	retention    time.Duration
 	inFlightWait time.Duration
 	handlerDelay time.Duration
@@ -57,6 +67,9 @@ func parseFlags(args []string) (flags, error) {
 	fs := flag.NewFlagSet("server", flag.ContinueOnError)
 	fs.StringVar(&f.addr, "addr", "127.0.0.1:8080", "listen address")
 	fs.StringVar(&f.db, "db", "sqlite://orders.db", "database: sqlite://PATH or mysql://DSN (a go-sql-driver DSN)")
+	fs.StringVar(&f.mode, "mode", "claim-first", "recording mode: claim-first or single-phase")
+	fs.DurationVar(&f.reconcileInterval, "reconcile-interval", 5*time.Second, "how often abandoned claims are settled (0 = off)")
+	fs.DurationVar(&f.purgeInterval, "purge-interval", time.Minute, "how often expired records are deleted (0 = off)")
 	fs.DurationVar(&f.lease, "lease", 30*time.Second, "how long a PROCESSING claim is held")
 	fs.DurationVar(&f.retention, "retention", 24*time.Hour, "how long a finished key is remembered")
 	fs.DurationVar(&f.inFlightWait, "in-flight-wait", 0, "how long a duplicate waits for the original to finish")
@@ -67,6 +80,18 @@ func parseFlags(args []string) (flags, error) {
 
 func run(args []string) error {
 	f, err := parseFlags(args)
+	if err != nil {
+		return err
+	}
+	mode := idempotency.ModeClaimFirst
+	switch f.mode {
+	case "claim-first":
+	case "single-phase":
+		mode = idempotency.ModeSinglePhase
+	default:
+		return fmt.Errorf("-mode %q: want claim-first or single-phase", f.mode)
+	}
+	point, err := crashPoint()
 	if err != nil {
 		return err
 	}
@@ -82,24 +107,35 @@ func run(args []string) error {
 	if err := orderservice.Setup(ctx, db, dialect); err != nil {
 		return fmt.Errorf("setup %s: %w", dialect, err)
 	}
+	if point != "" {
+		store = crashingStore{Store: store, point: point}
+		log.Warn("fault injection armed", "crash_point", point)
+	}
 	svc, err := orderservice.New(db, orderservice.Options{
 		Idempotency:  f.idempotency,
 		Store:        store,
 		HandlerDelay: f.handlerDelay,
+		AfterCreate:  afterCreate(point),
 		Config: idempotency.Config{
+			Mode:         mode,
 			Lease:        f.lease,
 			Retention:    f.retention,
 			InFlightWait: f.inFlightWait,
+			Logger:       log,
 		},
 	})
 	if err != nil {
 		return err
 	}
+	if f.idempotency {
+		go runReconciler(ctx, log, store, svc, f.reconcileInterval)
+		go runPurge(ctx, log, store, f.purgeInterval)
+	}
 
-	srv := &http.Server{Addr: f.addr, Handler: svc, ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Addr: f.addr, Handler: crashBeforeResponse(point, svc), ReadHeaderTimeout: 5 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.ListenAndServe() }()
-	log.Info("listening", "addr", f.addr, "db", dialect, "idempotency", f.idempotency)
+	log.Info("listening", "addr", f.addr, "db", dialect, "idempotency", f.idempotency, "mode", f.mode)
 	select {
 	case err := <-errc:
 		return err
@@ -111,6 +147,39 @@ func run(args []string) error {
 		return err
 	}
 	return nil
+}
+
+// runReconciler settles claims left by crashed attempts (the seed's
+// background task): an order that exists gets its snapshot back, a key
+// whose order does not exist is released.
+func runReconciler(ctx context.Context, log *slog.Logger, store idempotency.Store, svc *orderservice.Service, every time.Duration) {
+	if every <= 0 {
+		return
+	}
+	r := &idempotency.Reconciler{Store: store, Recover: svc.Recover, Interval: every, Logger: log}
+	_ = r.Run(ctx)
+}
+
+// runPurge deletes expired final records in bounded batches.
+func runPurge(ctx context.Context, log *slog.Logger, store idempotency.Store, every time.Duration) {
+	if every <= 0 {
+		return
+	}
+	ticker := time.NewTicker(every)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+		n, err := idempotency.Purge(ctx, store, 1000, nil)
+		if err != nil && ctx.Err() == nil {
+			log.Error("purge failed", "err", err)
+		} else if n > 0 {
+			log.Info("purged expired idempotency records", "count", n)
+		}
+	}
 }
 
 // openDB opens sqlite://PATH or mysql://DSN. For MySQL it turns on
