@@ -56,10 +56,10 @@ type flags struct {
 	reconcileInterval time.Duration
 	purgeInterval     time.Duration
 	lease             time.Duration
-	retention    time.Duration
-	inFlightWait time.Duration
-	handlerDelay time.Duration
-	idempotency  bool
+	retention         time.Duration
+	inFlightWait      time.Duration
+	handlerDelay      time.Duration
+	idempotency       bool
 }
 
 func parseFlags(args []string) (flags, error) {
