@@ -67,6 +67,23 @@ type Dialect struct {
 	// Params: limit.
 	Purge string
 
+	// CountByStatus selects (status, count) over all records.
+	CountByStatus string
+
+	// Health selects, by the database's clock: the age in µs of the oldest
+	// PROCESSING record (NULL if none), the number of expired leases, and
+	// the number of final records past retention awaiting purge.
+	Health string
+
+	// TableBytes selects the idempotency_record table's size on disk
+	// (data plus indexes), or NULL where the database cannot tell.
+	TableBytes string
+
+	// PurgeOlderThan deletes final records created more than age ago,
+	// whatever their retention, at most limit of them: an operator's tool.
+	// Params: age µs, limit.
+	PurgeOlderThan string
+
 	// SingleWriter marks a database with one writer at a time (SQLite): an
 	// open business transaction holds the only write lock, so no other
 	// attempt can take its key over and ExtendLease need not (and, from a
@@ -259,6 +276,67 @@ func (s *SQLStore) InsertFinal(ctx context.Context, tx *sql.Tx, c Claim, st Stat
 func (s *SQLStore) Forget(ctx context.Context, scope, key string, version int64) error {
 	res, err := s.exec(ctx, s.dialect.Forget, scope, key, version)
 	return s.fenced(res, err, "forget expired record")
+}
+
+// Stats is a summary of the record table for operators.
+type Stats struct {
+	ByStatus         map[Status]int64
+	OldestProcessing time.Duration // age of the oldest PROCESSING record; 0 if none
+	ExpiredLeases    int64         // PROCESSING records whose lease has expired
+	AwaitingPurge    int64         // final records past retention
+	TableBytes       int64         // -1 when the database cannot tell
+}
+
+// Stats reads the summary.
+func (s *SQLStore) Stats(ctx context.Context) (*Stats, error) {
+	st := &Stats{ByStatus: map[Status]int64{}, TableBytes: -1}
+	rows, err := s.db.QueryContext(ctx, s.dialect.CountByStatus)
+	if err != nil {
+		return nil, fmt.Errorf("idempotency: stats: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var status string
+		var n int64
+		if err := rows.Scan(&status, &n); err != nil {
+			return nil, fmt.Errorf("idempotency: stats: %w", err)
+		}
+		st.ByStatus[Status(status)] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("idempotency: stats: %w", err)
+	}
+	var oldest sql.NullInt64
+	if err := s.db.QueryRowContext(ctx, s.dialect.Health).Scan(&oldest, &st.ExpiredLeases, &st.AwaitingPurge); err != nil {
+		return nil, fmt.Errorf("idempotency: stats: %w", err)
+	}
+	st.OldestProcessing = time.Duration(oldest.Int64) * time.Microsecond
+	var size sql.NullInt64
+	if err := s.db.QueryRowContext(ctx, s.dialect.TableBytes).Scan(&size); err != nil {
+		return nil, fmt.Errorf("idempotency: stats: table size: %w", err)
+	}
+	if size.Valid {
+		st.TableBytes = size.Int64
+	}
+	return st, nil
+}
+
+// PurgeOlderThan deletes final records created more than age ago, in
+// batches of batchSize, and returns how many it deleted. PROCESSING records
+// are never deleted.
+func (s *SQLStore) PurgeOlderThan(ctx context.Context, age time.Duration, batchSize int) (int64, error) {
+	var total int64
+	for {
+		res, err := s.exec(ctx, s.dialect.PurgeOlderThan, age.Microseconds(), batchSize)
+		if err != nil {
+			return total, fmt.Errorf("idempotency: purge older than %v: %w", age, err)
+		}
+		n, err := res.RowsAffected()
+		total += n
+		if err != nil || n < int64(batchSize) {
+			return total, err
+		}
+	}
 }
 
 // Release implements Store.

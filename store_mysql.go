@@ -75,6 +75,16 @@ WHERE scope = ? AND idempotency_key = ? AND lease_version = ? AND expires_at <= 
 	Purge: `DELETE FROM idempotency_record
 WHERE expires_at <= NOW(6) AND status IN ('DONE', 'FAILED')
 ORDER BY expires_at LIMIT ?`,
+	CountByStatus: `SELECT status, COUNT(*) FROM idempotency_record GROUP BY status`,
+	Health: `SELECT
+  (SELECT TIMESTAMPDIFF(MICROSECOND, MIN(created_at), NOW(6)) FROM idempotency_record WHERE status = 'PROCESSING'),
+  (SELECT COUNT(*) FROM idempotency_record WHERE status = 'PROCESSING' AND locked_until <= NOW(6)),
+  (SELECT COUNT(*) FROM idempotency_record WHERE expires_at <= NOW(6) AND status IN ('DONE', 'FAILED'))`,
+	TableBytes: `SELECT data_length + index_length FROM information_schema.tables
+WHERE table_schema = DATABASE() AND table_name = 'idempotency_record'`,
+	PurgeOlderThan: `DELETE FROM idempotency_record
+WHERE created_at <= NOW(6) - INTERVAL ? MICROSECOND AND status IN ('DONE', 'FAILED')
+LIMIT ?`,
 	IsDuplicate:     func(err error) bool { return mysqlErrorIs(err, mysqlErrDupEntry) },
 	IsLeaseConflict: func(err error) bool { return mysqlErrorIs(err, mysqlErrRecordChanged) },
 	IsTransient: func(err error) bool {

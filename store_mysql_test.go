@@ -42,3 +42,10 @@ func TestMigrate_TwiceAndConcurrently_IsSafe(t *testing.T) {
 	require.NoError(t, db.QueryRow("SELECT COUNT(*) FROM schema_migrations").Scan(&n))
 	require.Equal(t, 2, n)
 }
+
+func TestMySQLStore_OperatorQueries(t *testing.T) {
+	t.Parallel()
+	storetest.ExerciseStats(t, func(t *testing.T) *idempotency.SQLStore {
+		return idempotency.NewMySQLStore(newMySQL(t))
+	})
+}

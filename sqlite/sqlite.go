@@ -96,6 +96,19 @@ WHERE (scope, idempotency_key) IN (
   SELECT scope, idempotency_key FROM idempotency_record
   WHERE expires_at <= ` + now + ` AND +status IN ('DONE', 'FAILED')
   ORDER BY expires_at LIMIT ?)`,
+	CountByStatus: `SELECT status, COUNT(*) FROM idempotency_record GROUP BY status`,
+	Health: `SELECT
+  (SELECT ` + now + ` - MIN(created_at) FROM idempotency_record WHERE status = 'PROCESSING'),
+  (SELECT COUNT(*) FROM idempotency_record WHERE status = 'PROCESSING' AND locked_until <= ` + now + `),
+  (SELECT COUNT(*) FROM idempotency_record WHERE expires_at <= ` + now + ` AND +status IN ('DONE', 'FAILED'))`,
+	// The whole database file: SQLite keeps no per-table size without the
+	// dbstat extension, and the records dominate this file.
+	TableBytes: `SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()`,
+	PurgeOlderThan: `DELETE FROM idempotency_record
+WHERE (scope, idempotency_key) IN (
+  SELECT scope, idempotency_key FROM idempotency_record
+  WHERE created_at <= ` + now + ` - ? AND status IN ('DONE', 'FAILED')
+  LIMIT ?)`,
 	IsDuplicate: func(err error) bool {
 		code, ok := errorCode(err)
 		return ok && (code == sqliteConstraintPrimaryKey || code == sqliteConstraintUnique)

@@ -45,6 +45,13 @@ func TestStore_Conformance(t *testing.T) {
 	})
 }
 
+func TestStore_OperatorQueries(t *testing.T) {
+	t.Parallel()
+	storetest.ExerciseStats(t, func(t *testing.T) *idempotency.SQLStore {
+		return sqlite.NewStore(newDB(t))
+	})
+}
+
 func TestMigrate_TwiceAndConcurrently_IsSafe(t *testing.T) {
 	t.Parallel()
 	db := newDB(t)
