@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Runs the whole test suite: vet, gofmt, and go test -race over every package.
+#
+# The suite needs a MySQL-compatible server (MariaDB 10.6+ or MySQL 8) for
+# everything that depends on the database. It uses IDEMPOTENCY_TEST_MYSQL_DSN
+# (default root@tcp(127.0.0.1:3306)/test). If nothing answers there and a
+# local mariadbd is installed, this script starts it. Without a server the
+# MySQL tests skip with a message, unless CI=true or
+# IDEMPOTENCY_REQUIRE_MYSQL=1, in which case they fail.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+dsn="${IDEMPOTENCY_TEST_MYSQL_DSN:-root@tcp(127.0.0.1:3306)/test}"
+
+mysql_up() { mysqladmin --connect-timeout=2 -uroot -h127.0.0.1 -P3306 ping >/dev/null 2>&1; }
+
+if [[ -z "${IDEMPOTENCY_TEST_MYSQL_DSN:-}" ]] && command -v mysqladmin >/dev/null; then
+  if ! mysql_up && [[ -x /usr/sbin/mariadbd ]]; then
+    echo "test.sh: starting MariaDB"
+    start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd
+    for _ in $(seq 1 60); do mysql_up && break; sleep 1; done
+  fi
+  if mysql_up; then
+    mysql -uroot -h127.0.0.1 -P3306 -e 'CREATE DATABASE IF NOT EXISTS test'
+  fi
+fi
+echo "test.sh: MySQL DSN for tests: $dsn"
+
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
+if [[ -n "$unformatted" ]]; then
+  echo "gofmt would change:"; echo "$unformatted"; exit 1
+fi
+go vet ./...
+go test -race -count=1 -timeout 20m ./...
+
+# The benchmark program is its own module (it pulls in peers).
+(cd cmd/idembench && go vet ./... && go test -count=1 ./...)
