@@ -294,6 +294,7 @@ func (a *attempt) execute() {
 		_ = res.tx.Rollback()
 		if res.panicked == http.ErrAbortHandler {
 			_ = a.m.store.Release(ctx, a.lease)
+			a.done(Event{Outcome: OutcomeReleased, Err: http.ErrAbortHandler})
 			panic(res.panicked) // net/http aborts the response, as the handler asked
 		}
 		a.release(ctx, res.err(a.m.cfg.MaxSnapshotBytes))

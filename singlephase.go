@@ -53,7 +53,8 @@ func (a *attempt) serveSinglePhase() {
 	case verdictBroken:
 		_ = res.tx.Rollback()
 		if res.panicked == http.ErrAbortHandler {
-			panic(res.panicked)
+			a.done(Event{Outcome: OutcomeReleased, Err: http.ErrAbortHandler})
+			panic(res.panicked) // net/http aborts the response, as the handler asked
 		}
 		a.answerReleased(res.err(a.m.cfg.MaxSnapshotBytes))
 	case verdictCommit:
