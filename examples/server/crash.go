@@ -75,6 +75,21 @@ func (s crashingStore) FinishTx(ctx context.Context, tx *sql.Tx, l idempotency.L
 	return l, err
 }
 
+func (s crashingStore) InsertFinal(ctx context.Context, tx *sql.Tx, c idempotency.Claim, st idempotency.Status, snap *idempotency.Snapshot) (idempotency.Lease, error) {
+	l, err := s.Store.InsertFinal(ctx, tx, c, st, snap)
+	if err == nil && tx != nil && s.point == crashDuringFinalize {
+		die()
+	}
+	return l, err
+}
+
+// SingleWriter passes the wrapped store's answer through (see
+// idempotency.Dialect.SingleWriter).
+func (s crashingStore) SingleWriter() bool {
+	sw, ok := s.Store.(interface{ SingleWriter() bool })
+	return ok && sw.SingleWriter()
+}
+
 func (s crashingStore) Release(ctx context.Context, l idempotency.Lease) error {
 	if s.point == crashDuringRelease {
 		die()
