@@ -80,7 +80,8 @@ type attempt struct {
 	keyHash     string
 	fingerprint string
 	body        []byte
-	lease       Lease // held while executing
+	lease       Lease   // held while executing
+	outcome     Outcome // the final outcome, once done
 }
 
 // serve is the protocol, one step per stage:
@@ -210,7 +211,8 @@ const maxClaimRounds = 4
 // could hide the winner) and either taken over, when its lease or retention
 // has expired, or returned for respondToDuplicate.
 func (a *attempt) claim() (*Record, error) {
-	ctx, end := a.m.startStage(a.ctx, StageClaim)
+	ctx, endStage := a.m.startStage(a.ctx, StageClaim)
+	end := func(e StageEnd) { e.KeyHash = a.keyHash; endStage(e) }
 	c := Claim{
 		Scope: a.scope, Key: a.key, Fingerprint: a.fingerprint,
 		Owner: a.m.newOwner(), Lease: a.m.cfg.Lease, Retention: a.m.cfg.Retention,
@@ -288,7 +290,7 @@ func (a *attempt) execute() {
 	// 6. Finalize, under the lease as the handler's heartbeats left it.
 	a.lease = exec.currentLease()
 	ctx, end := a.m.startStage(ctx, StageFinalize)
-	defer func() { end(StageEnd{}) }()
+	defer func() { end(StageEnd{Outcome: a.outcome, KeyHash: a.keyHash}) }()
 	switch res.verdict(a.m.cfg.IsFinalFunc) {
 	case verdictBroken:
 		_ = res.tx.Rollback()
@@ -365,10 +367,12 @@ func (h *handlerResult) err(limit int) error {
 // runHandler begins the transaction and calls the handler with it in its
 // context. A panic becomes a value, so that the transaction is rolled back.
 func (a *attempt) runHandler(ctx context.Context, exec *execution) (*handlerResult, error) {
-	ctx, end := a.m.startStage(ctx, StageExecute)
+	ctx, endStage := a.m.startStage(ctx, StageExecute)
+	end := func(e StageEnd) { e.KeyHash = a.keyHash; endStage(e) }
 	tx, err := a.m.store.BeginTx(ctx)
 	if err != nil {
 		end(StageEnd{Outcome: OutcomeStoreError, Err: err})
+		a.note(Event{Outcome: OutcomeStoreError, Err: err})
 		return nil, err
 	}
 	exec.tx = tx
@@ -399,6 +403,7 @@ func (a *attempt) commit(ctx context.Context, tx *sql.Tx, header http.Header, sn
 			a.answerCurrentOwner(ctx, err)
 			return
 		}
+		a.note(Event{Outcome: OutcomeStoreError, Err: err})
 		a.release(ctx, err)
 		return
 	}
@@ -498,6 +503,7 @@ func (a *attempt) releaseAndPassThrough(ctx context.Context, status int, header 
 // answered 500. A retry with the same key executes again.
 func (a *attempt) release(ctx context.Context, cause error) {
 	if err := a.m.store.Release(ctx, a.lease); err != nil && !errors.Is(err, ErrLeaseLost) {
+		a.note(Event{Outcome: OutcomeStoreError, Err: err})
 		cause = fmt.Errorf("%w; release: %v", cause, err)
 	}
 	a.answerReleased(cause)
@@ -540,7 +546,7 @@ func (a *attempt) respondToDuplicate(rec *Record) {
 	case rec.Status.Final() && rec.Snapshot != nil:
 		_, end := a.m.startStage(a.ctx, StageReplay)
 		writeReplay(a.w, rec.Snapshot)
-		end(StageEnd{Outcome: OutcomeReplayed, Record: rec.Status})
+		end(StageEnd{Outcome: OutcomeReplayed, Record: rec.Status, KeyHash: a.keyHash})
 		a.done(Event{Outcome: OutcomeReplayed, Status: rec.Snapshot.StatusCode, Replayed: rec.Status})
 	default:
 		p := problemFor(ErrInProgress, a.m.cfg.ConflictStatus)
@@ -627,7 +633,8 @@ func (a *attempt) note(e Event) {
 
 // done reports the request's final outcome and ends its stage.
 func (a *attempt) done(e Event) {
-	e.Duration = time.Since(a.start)
+	e.Duration, e.Final = time.Since(a.start), true
+	a.outcome = e.Outcome
 	a.note(e)
 	a.endRequest(StageEnd{Outcome: e.Outcome, Err: e.Err, Record: e.Replayed, KeyHash: a.keyHash})
 }

@@ -10,12 +10,16 @@ import (
 type Outcome string
 
 // Outcomes reported to an Observer. A request reports zero or more step
-// outcomes (Claimed, TakenOver) and exactly one final outcome, whose Event
-// carries the request's duration.
+// outcomes and exactly one final outcome, whose Event has Final set and
+// carries the request's duration. Claimed, TakenOver, LeaseLost and Collided
+// are always steps; StoreError is a step when the request still got another
+// answer (e.g. a failed release) and final when it decided the answer.
 const (
 	// Steps.
 	OutcomeClaimed   Outcome = "claimed"    // this request claimed a new key
 	OutcomeTakenOver Outcome = "taken_over" // it took over an expired lease or record
+	OutcomeLeaseLost Outcome = "lease_lost" // it lost its lease and rolled back
+	OutcomeCollided  Outcome = "collided"   // single-phase: it executed, met a concurrent winner and rolled back
 
 	// Final outcomes.
 	OutcomeCommitted   Outcome = "committed"      // handler answered 2xx; order and snapshot committed
@@ -24,7 +28,6 @@ const (
 	OutcomeReplayed    Outcome = "replayed"       // a stored snapshot was replayed
 	OutcomeConflict    Outcome = "conflict"       // same key, different fingerprint
 	OutcomeInProgress  Outcome = "in_progress"    // another attempt holds the key
-	OutcomeLeaseLost   Outcome = "lease_lost"     // this attempt lost its lease and rolled back
 	OutcomeInvalid     Outcome = "invalid"        // bad input rejected before the claim
 	OutcomeUnprotected Outcome = "unprotected"    // no key, and keys are optional
 	OutcomeStoreError  Outcome = "store_error"    // the store failed; nothing was executed or it was rolled back
@@ -46,6 +49,7 @@ type Event struct {
 	Err      error         // for OutcomeStoreError, OutcomeReleased, OutcomeUnknown
 	KeyHash  string        // KeyHash of the scope and key; never the raw key
 	Count    int64         // for background outcomes
+	Final    bool          // the request's one final outcome
 }
 
 // Stage is a timed part of the protocol.
@@ -91,3 +95,32 @@ func (f ObserverFunc) Observe(ctx context.Context, e Event) { f(ctx, e) }
 type nopObserver struct{}
 
 func (nopObserver) Observe(context.Context, Event) {}
+
+// Observers combines several observers into one, for instance metrics and
+// tracing. Observe calls each in turn; StartStage chains the context through
+// every StageObserver among them and ends their stages in reverse order.
+func Observers(obs ...Observer) Observer { return multiObserver(obs) }
+
+type multiObserver []Observer
+
+func (m multiObserver) Observe(ctx context.Context, e Event) {
+	for _, o := range m {
+		o.Observe(ctx, e)
+	}
+}
+
+func (m multiObserver) StartStage(ctx context.Context, s Stage, route string) (context.Context, func(StageEnd)) {
+	var ends []func(StageEnd)
+	for _, o := range m {
+		if so, ok := o.(StageObserver); ok {
+			var end func(StageEnd)
+			ctx, end = so.StartStage(ctx, s, route)
+			ends = append(ends, end)
+		}
+	}
+	return ctx, func(e StageEnd) {
+		for i := len(ends) - 1; i >= 0; i-- {
+			ends[i](e)
+		}
+	}
+}

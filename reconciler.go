@@ -56,6 +56,9 @@ func (r *Reconciler) Run(ctx context.Context) error {
 	for {
 		if _, _, err := r.RunOnce(ctx); err != nil && ctx.Err() == nil {
 			r.logger().Error("idempotency: reconcile pass failed", "err", err)
+			if r.Observer != nil {
+				r.Observer.Observe(ctx, Event{Route: "reconciler", Outcome: OutcomeStoreError, Err: err, Final: true})
+			}
 		}
 		select {
 		case <-ctx.Done():

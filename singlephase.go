@@ -48,7 +48,7 @@ func (a *attempt) serveSinglePhase() {
 
 	// 6. Finalize.
 	ctx, endFinalize := a.m.startStage(ctx, StageFinalize)
-	defer func() { endFinalize(StageEnd{}) }()
+	defer func() { endFinalize(StageEnd{Outcome: a.outcome, KeyHash: a.keyHash}) }()
 	switch res.verdict(a.m.cfg.IsFinalFunc) {
 	case verdictBroken:
 		_ = res.tx.Rollback()
@@ -139,6 +139,7 @@ func (a *attempt) answerWinner(ctx context.Context) bool {
 	if err != nil {
 		return false
 	}
+	a.note(Event{Outcome: OutcomeCollided})
 	a.respondToDuplicate(rec)
 	return true
 }
