@@ -16,6 +16,8 @@
 //	-handler-delay D       artificial delay inside the create transaction (default 0)
 //	-idempotency=false     the same handlers without the middleware (baseline)
 //
+// GET /metrics serves the Prometheus metrics of package metrics.
+//
 // IDEMPOTENCY_CRASH_POINT=after-claim|in-handler|during-finalize|after-commit|during-release
 // makes the server SIGKILL itself at that point of the first request that
 // reaches it: the crash-safety tests use it.
@@ -36,9 +38,13 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/orderguard/idempotency"
 	"github.com/orderguard/idempotency/examples/orderservice"
+	"github.com/orderguard/idempotency/metrics"
 	"github.com/orderguard/idempotency/sqlite"
 )
 
@@ -107,6 +113,12 @@ func run(args []string) error {
 	if err := orderservice.Setup(ctx, db, dialect); err != nil {
 		return fmt.Errorf("setup %s: %w", dialect, err)
 	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	obs, err := metrics.New(reg, metrics.WithRoutes("create_order", "cancel_order", "pay_order"))
+	if err != nil {
+		return err
+	}
 	if point != "" {
 		store = crashingStore{Store: store, point: point}
 		log.Warn("fault injection armed", "crash_point", point)
@@ -122,17 +134,21 @@ func run(args []string) error {
 			Retention:    f.retention,
 			InFlightWait: f.inFlightWait,
 			Logger:       log,
+			Observer:     obs,
 		},
 	})
 	if err != nil {
 		return err
 	}
 	if f.idempotency {
-		go runReconciler(ctx, log, store, svc, f.reconcileInterval)
-		go runPurge(ctx, log, store, f.purgeInterval)
+		go runReconciler(ctx, log, store, svc, obs, f.reconcileInterval)
+		go runPurge(ctx, log, store, obs, f.purgeInterval)
 	}
 
-	srv := &http.Server{Addr: f.addr, Handler: crashBeforeResponse(point, svc), ReadHeaderTimeout: 5 * time.Second}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.Handle("/", crashBeforeResponse(point, svc))
+	srv := &http.Server{Addr: f.addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.ListenAndServe() }()
 	log.Info("listening", "addr", f.addr, "db", dialect, "idempotency", f.idempotency, "mode", f.mode)
@@ -152,16 +168,16 @@ func run(args []string) error {
 // runReconciler settles claims left by crashed attempts (the seed's
 // background task): an order that exists gets its snapshot back, a key
 // whose order does not exist is released.
-func runReconciler(ctx context.Context, log *slog.Logger, store idempotency.Store, svc *orderservice.Service, every time.Duration) {
+func runReconciler(ctx context.Context, log *slog.Logger, store idempotency.Store, svc *orderservice.Service, obs idempotency.Observer, every time.Duration) {
 	if every <= 0 {
 		return
 	}
-	r := &idempotency.Reconciler{Store: store, Recover: svc.Recover, Interval: every, Logger: log}
+	r := &idempotency.Reconciler{Store: store, Recover: svc.Recover, Interval: every, Logger: log, Observer: obs}
 	_ = r.Run(ctx)
 }
 
 // runPurge deletes expired final records in bounded batches.
-func runPurge(ctx context.Context, log *slog.Logger, store idempotency.Store, every time.Duration) {
+func runPurge(ctx context.Context, log *slog.Logger, store idempotency.Store, obs idempotency.Observer, every time.Duration) {
 	if every <= 0 {
 		return
 	}
@@ -173,7 +189,7 @@ func runPurge(ctx context.Context, log *slog.Logger, store idempotency.Store, ev
 			return
 		case <-ticker.C:
 		}
-		n, err := idempotency.Purge(ctx, store, 1000, nil)
+		n, err := idempotency.Purge(ctx, store, 1000, obs)
 		if err != nil && ctx.Err() == nil {
 			log.Error("purge failed", "err", err)
 		} else if n > 0 {
