@@ -57,7 +57,8 @@ type WriteResult struct {
 	// earlier call with the same idempotency_key: the order was NOT created
 	// (or canceled) again by this call.
 	Replayed bool `json:"replayed"`
-	// Attempts is the number of HTTP requests sent, retries included.
+	// Attempts is the number of HTTP requests sent, retries included; 0
+	// when no final answer came back.
 	Attempts int `json:"attempts"`
 	// Problem is set on a tool error.
 	Problem *Problem `json:"problem,omitempty"`
@@ -151,7 +152,7 @@ const (
     "properties": {
       "order": ` + orderSchema + `,
       "replayed": {"type": "boolean", "description": "True when this call replayed the stored answer of an earlier call with the same idempotency_key: nothing was executed again."},
-      "attempts": {"type": "integer", "description": "HTTP requests sent, retries included."},
+      "attempts": {"type": "integer", "description": "HTTP requests sent, retries included; 0 when no final answer came back (the error text then says how many were tried)."},
       "problem": ` + problemSchema + `
     },
     "required": ["replayed", "attempts"]
