@@ -1,0 +1,377 @@
+// Package faultproxy is a TCP proxy for tests that sits between a MySQL client
+// and server and can lose a COMMIT: either the server's reply to it (the
+// commit happened, the client never hears so), or the request itself (the
+// commit never reached the server), or the client's patience (the commit
+// reaches the server only after the client's connection is gone). All end in
+// a dropped connection, which is all a client sees in any case: together they
+// are the "commit outcome unknown" problem.
+//
+// The proxy parses the MySQL packet framing of the client→server direction
+// (3-byte little-endian payload length, 1-byte sequence id, payload) across
+// arbitrary read boundaries. A COMMIT is a command packet (sequence id 0) whose
+// payload is COM_QUERY (0x03) followed by the text COMMIT, case-insensitively,
+// with optional surrounding whitespace and a trailing semicolon. go-sql-driver
+// sends (*sql.Tx).Commit exactly so. The server→client direction is copied
+// unparsed. TLS and protocol compression are not supported (the bytes would not
+// be parseable); test DSNs must not enable them.
+package faultproxy
+
+import (
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Fault is what the proxy does to the next COMMIT once armed.
+type Fault int
+
+const (
+	// None forwards everything.
+	None Fault = iota
+
+	// ReplyLost forwards the COMMIT to the server, waits ReplyDelay so that
+	// the server commits, then closes both connections without forwarding
+	// anything the server answered.
+	ReplyLost
+
+	// RequestLost drops the COMMIT and closes both connections: the server
+	// sees a client that went away with an open transaction and rolls it
+	// back.
+	RequestLost
+
+	// LateCommit cuts the client at once, then delivers the COMMIT to the
+	// server ReplyDelay later, drops its reply and closes the server side
+	// SettleDelay after that: the client gives up before the server has even
+	// begun to commit, and the commit lands while the client's side is
+	// deciding what happened.
+	LateCommit
+)
+
+func (f Fault) String() string {
+	switch f {
+	case None:
+		return "none"
+	case ReplyLost:
+		return "reply-lost"
+	case RequestLost:
+		return "request-lost"
+	case LateCommit:
+		return "late-commit"
+	}
+	return "fault(?)"
+}
+
+// DefaultReplyDelay is how long ReplyLost waits, after forwarding the COMMIT,
+// before it cuts the connection, and how late LateCommit delivers it.
+const DefaultReplyDelay = 100 * time.Millisecond
+
+// SettleDelay is how long LateCommit keeps the server side open after
+// delivering the COMMIT, so that the server commits before it sees the
+// connection end.
+const SettleDelay = 100 * time.Millisecond
+
+// comQuery is the MySQL COM_QUERY command byte.
+const comQuery = 0x03
+
+// maxCandidate is the largest payload that is inspected as a possible
+// COMMIT; every larger packet is streamed through without buffering.
+const maxCandidate = 64
+
+// Firing reports one fault the proxy injected, once it is complete.
+type Firing struct {
+	Fault Fault
+	Query string // the statement text it matched
+}
+
+// Proxy forwards TCP connections from a loopback listener to a target.
+type Proxy struct {
+	target     string
+	ln         net.Listener
+	replyDelay atomic.Int64 // a time.Duration
+
+	armed  atomic.Int32 // a Fault, consumed by the first matching COMMIT
+	fired  chan Firing
+	closed chan struct{}
+
+	mu    sync.Mutex
+	conns map[*link]struct{}
+	wg    sync.WaitGroup
+	once  sync.Once
+}
+
+// Option configures a Proxy.
+type Option func(*Proxy)
+
+// WithReplyDelay sets the reply delay (see SetReplyDelay).
+func WithReplyDelay(d time.Duration) Option { return func(p *Proxy) { p.replyDelay.Store(int64(d)) } }
+
+// SetReplyDelay changes how long ReplyLost waits before it cuts the
+// connection (0 cuts it right after forwarding the COMMIT, racing the
+// server's commit) and how late LateCommit delivers the COMMIT.
+func (p *Proxy) SetReplyDelay(d time.Duration) { p.replyDelay.Store(int64(d)) }
+
+// Start listens on 127.0.0.1:0 and forwards every accepted connection to
+// target (host:port).
+func Start(target string, opts ...Option) (*Proxy, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	p := &Proxy{
+		target: target, ln: ln,
+		fired: make(chan Firing, 64), closed: make(chan struct{}),
+		conns: map[*link]struct{}{},
+	}
+	p.replyDelay.Store(int64(DefaultReplyDelay))
+	for _, o := range opts {
+		o(p)
+	}
+	p.wg.Add(1)
+	go p.accept()
+	return p, nil
+}
+
+// Addr is the proxy's listening address, host:port.
+func (p *Proxy) Addr() string { return p.ln.Addr().String() }
+
+// Arm makes the next COMMIT on any connection suffer f. It fires once; Arm
+// again for another. Arm(None) disarms.
+func (p *Proxy) Arm(f Fault) { p.armed.Store(int32(f)) }
+
+// Armed returns the fault still waiting for a COMMIT, or None.
+func (p *Proxy) Armed() Fault { return Fault(p.armed.Load()) }
+
+// Fired delivers one Firing per injected fault, after the connection has been
+// cut. It buffers 64 firings; later ones are dropped if nobody reads.
+func (p *Proxy) Fired() <-chan Firing { return p.fired }
+
+// Close stops listening, cuts every connection and waits for the proxy's
+// goroutines to end.
+func (p *Proxy) Close() error {
+	var err error
+	p.once.Do(func() {
+		close(p.closed)
+		err = p.ln.Close()
+		p.mu.Lock()
+		for l := range p.conns {
+			l.cut()
+		}
+		p.mu.Unlock()
+		p.wg.Wait()
+	})
+	return err
+}
+
+func (p *Proxy) accept() {
+	defer p.wg.Done()
+	for {
+		client, err := p.ln.Accept()
+		if err != nil {
+			return // closed
+		}
+		p.wg.Add(1)
+		go p.serve(client)
+	}
+}
+
+func (p *Proxy) serve(client net.Conn) {
+	defer p.wg.Done()
+	server, err := net.DialTimeout("tcp", p.target, 5*time.Second)
+	if err != nil {
+		_ = client.Close()
+		return
+	}
+	l := &link{client: client, server: server}
+	p.mu.Lock()
+	select {
+	case <-p.closed:
+		p.mu.Unlock()
+		l.cut()
+		return
+	default:
+	}
+	p.conns[l] = struct{}{}
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		delete(p.conns, l)
+		p.mu.Unlock()
+	}()
+
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		l.serverToClient()
+	}()
+	p.clientToServer(l)
+	l.cut()
+	<-done
+}
+
+// link is one proxied connection.
+type link struct {
+	client, server net.Conn
+	muted          atomic.Bool // drop everything the server sends
+	cutOnce        sync.Once
+}
+
+// cut closes both sides.
+func (l *link) cut() {
+	l.cutOnce.Do(func() {
+		_ = l.client.Close()
+		_ = l.server.Close()
+	})
+}
+
+func (l *link) serverToClient() {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := l.server.Read(buf)
+		if n > 0 && !l.muted.Load() {
+			if _, werr := l.client.Write(buf[:n]); werr != nil {
+				break
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
+	l.cut()
+}
+
+// clientToServer parses packets and forwards them until either side fails
+// or a fault fires.
+func (p *Proxy) clientToServer(l *link) {
+	var f framer
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := l.client.Read(buf)
+		if n > 0 {
+			out, commit := f.feed(buf[:n])
+			for {
+				if len(out) > 0 {
+					if _, werr := l.server.Write(out); werr != nil {
+						return
+					}
+				}
+				if commit == nil {
+					break
+				}
+				if fault := Fault(p.armed.Swap(int32(None))); fault != None {
+					p.inject(l, fault, commit)
+					return
+				}
+				if _, werr := l.server.Write(commit); werr != nil {
+					return
+				}
+				out, commit = f.feed(nil) // what followed the COMMIT in this read
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// inject applies fault to the COMMIT packet pkt (header included).
+func (p *Proxy) inject(l *link, fault Fault, pkt []byte) {
+	delay := time.Duration(p.replyDelay.Load())
+	switch fault {
+	case ReplyLost:
+		l.muted.Store(true) // before the server can answer
+		if _, err := l.server.Write(pkt); err == nil {
+			p.sleep(delay)
+		}
+	case LateCommit:
+		l.muted.Store(true)
+		_ = l.client.Close()
+		if p.sleep(delay) {
+			if _, err := l.server.Write(pkt); err == nil {
+				p.sleep(SettleDelay)
+			}
+		}
+	}
+	l.cut()
+	select {
+	case p.fired <- Firing{Fault: fault, Query: string(pkt[5:])}:
+	default:
+	}
+}
+
+// sleep waits d, or less if the proxy closes; it reports whether it waited
+// all of d.
+func (p *Proxy) sleep(d time.Duration) bool {
+	if d <= 0 {
+		return true
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-p.closed:
+		return false
+	}
+}
+
+// framer splits the client→server byte stream into MySQL packets. Packets
+// that could be a COMMIT are held until complete and returned separately;
+// everything else passes through as it arrives, so large packets are never
+// buffered whole.
+type framer struct {
+	pending []byte // bytes of the current packet not yet decided on
+	stream  int    // payload bytes of a non-candidate packet still to pass through
+}
+
+// feed consumes b and returns the bytes to forward now and, if a COMMIT
+// packet completed, that packet (not included in out). When a COMMIT is
+// returned, bytes of b after it stay buffered: call feed(nil) to get them.
+func (f *framer) feed(b []byte) (out, commit []byte) {
+	f.pending = append(f.pending, b...)
+	for len(f.pending) > 0 {
+		if f.stream > 0 {
+			n := min(f.stream, len(f.pending))
+			out = append(out, f.pending[:n]...)
+			f.pending = f.pending[n:]
+			f.stream -= n
+			continue
+		}
+		if len(f.pending) < 4 {
+			break
+		}
+		length := int(f.pending[0]) | int(f.pending[1])<<8 | int(f.pending[2])<<16
+		seq := f.pending[3]
+		if seq != 0 || length > maxCandidate {
+			// Not a possible COMMIT: pass the header on and stream the payload.
+			out = append(out, f.pending[:4]...)
+			f.pending = f.pending[4:]
+			f.stream = length
+			continue
+		}
+		if len(f.pending) < 4+length {
+			break // a candidate: wait for all of it
+		}
+		pkt := f.pending[:4+length]
+		if isCommit(pkt[4:]) {
+			commit = append([]byte(nil), pkt...)
+			f.pending = append([]byte(nil), f.pending[4+length:]...)
+			return out, commit
+		}
+		out = append(out, pkt...)
+		f.pending = f.pending[4+length:]
+	}
+	f.pending = append([]byte(nil), f.pending...) // do not pin the caller's buffer
+	return out, nil
+}
+
+// isCommit reports whether a command payload is COM_QUERY "COMMIT".
+func isCommit(payload []byte) bool {
+	if len(payload) < 1+len("COMMIT") || payload[0] != comQuery {
+		return false
+	}
+	q := strings.TrimSpace(string(payload[1:]))
+	q = strings.TrimSpace(strings.TrimSuffix(q, ";"))
+	return strings.EqualFold(q, "COMMIT")
+}
