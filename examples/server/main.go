@@ -215,6 +215,15 @@ func openDB(url string) (*sql.DB, idempotency.Store, string, error) {
 		}
 		cfg.InterpolateParams = true
 		cfg.ParseTime = true
+		// Fail a lock wait in seconds, not InnoDB's default 50: a claim
+		// that waits on a stuck transaction is retried a few times, and the
+		// whole retry budget must stay well inside the lease.
+		if _, set := cfg.Params["innodb_lock_wait_timeout"]; !set {
+			if cfg.Params == nil {
+				cfg.Params = map[string]string{}
+			}
+			cfg.Params["innodb_lock_wait_timeout"] = "5"
+		}
 		db, err := sql.Open("mysql", cfg.FormatDSN())
 		if err != nil {
 			return nil, nil, "", err
