@@ -253,14 +253,10 @@ func openFresh(ctx context.Context, url, strategy string) (*sql.DB, idempotency.
 			}
 		}
 		cfg.DBName = name
-		cfg.InterpolateParams = true
-		cfg.ParseTime = true
-		db, err := sql.Open("mysql", cfg.FormatDSN())
+		db, err := orderservice.OpenMySQL(ctx, cfg)
 		if err != nil {
 			return nil, nil, "", err
 		}
-		db.SetMaxOpenConns(64)
-		db.SetMaxIdleConns(64)
 		return db, idempotency.NewMySQLStore(db), "mysql", nil
 	default:
 		return nil, nil, "", fmt.Errorf("-db %q: want sqlite://DIR or mysql://DSN", url)

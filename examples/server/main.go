@@ -198,8 +198,7 @@ func runPurge(ctx context.Context, log *slog.Logger, store idempotency.Store, ob
 	}
 }
 
-// openDB opens sqlite://PATH or mysql://DSN. For MySQL it turns on
-// interpolateParams (one round trip per statement) and parseTime.
+// openDB opens sqlite://PATH or mysql://DSN (see orderservice.OpenMySQL).
 func openDB(url string) (*sql.DB, idempotency.Store, string, error) {
 	switch {
 	case strings.HasPrefix(url, "sqlite://"):
@@ -213,28 +212,8 @@ func openDB(url string) (*sql.DB, idempotency.Store, string, error) {
 		if err != nil {
 			return nil, nil, "", fmt.Errorf("-db: %w", err)
 		}
-		cfg.InterpolateParams = true
-		cfg.ParseTime = true
-		// Fail a lock wait in seconds, not InnoDB's default 50: a claim
-		// that waits on a stuck transaction is retried a few times, and the
-		// whole retry budget must stay well inside the lease.
-		if _, set := cfg.Params["innodb_lock_wait_timeout"]; !set {
-			if cfg.Params == nil {
-				cfg.Params = map[string]string{}
-			}
-			cfg.Params["innodb_lock_wait_timeout"] = "5"
-		}
-		db, err := sql.Open("mysql", cfg.FormatDSN())
+		db, err := orderservice.OpenMySQL(context.Background(), cfg)
 		if err != nil {
-			return nil, nil, "", err
-		}
-		db.SetMaxOpenConns(64)
-		db.SetMaxIdleConns(64)
-		db.SetConnMaxLifetime(time.Hour)
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := db.PingContext(ctx); err != nil {
-			db.Close()
 			return nil, nil, "", fmt.Errorf("-db: %w", err)
 		}
 		return db, idempotency.NewMySQLStore(db), "mysql", nil
