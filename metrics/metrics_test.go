@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/orderguard/idempotency"
+	"github.com/orderguard/idempotency/internal/obstest"
 	"github.com/orderguard/idempotency/metrics"
 )
 
@@ -106,57 +107,57 @@ func sum(t *testing.T, reg prometheus.Gatherer, name string) float64 {
 func TestObserver_CountsExactlyOneFinalOutcomePerRequest_StepsAndStagesSeparately(t *testing.T) {
 	t.Parallel()
 	obs, reg := newObserver(t)
-	s := newService(t, obs)
-	create := mustJSON(t, orderRequest{SKU: 20001, Quantity: 2})
+	s := obstest.NewService(t, obs, obstest.Options{})
+	create := obstest.MustJSON(t, obstest.OrderRequest{SKU: 20001, Quantity: 2})
 
 	// A create, then two retries that replay it.
-	status, _ := s.do(t, call{tenant: "t1", key: "k-create", body: create})
+	status, _ := s.Do(t, obstest.Call{Tenant: "t1", Key: "k-create", Body: create})
 	require.Equal(t, http.StatusCreated, status)
 	for range 2 {
-		status, _ = s.do(t, call{tenant: "t1", key: "k-create", body: create})
+		status, _ = s.Do(t, obstest.Call{Tenant: "t1", Key: "k-create", Body: create})
 		require.Equal(t, http.StatusCreated, status)
 	}
 	// The same key with another body is a conflict.
-	status, _ = s.do(t, call{tenant: "t1", key: "k-create", body: mustJSON(t, orderRequest{SKU: 20001, Quantity: 3})})
+	status, _ = s.Do(t, obstest.Call{Tenant: "t1", Key: "k-create", Body: obstest.MustJSON(t, obstest.OrderRequest{SKU: 20001, Quantity: 3})})
 	require.Equal(t, http.StatusConflict, status)
 	// A duplicate of a request still executing is answered in progress; the
 	// handler meanwhile holds the in-flight gauge at 1.
-	blocked := mustJSON(t, orderRequest{SKU: 20002, Quantity: 1, Block: true})
+	blocked := obstest.MustJSON(t, obstest.OrderRequest{SKU: 20002, Quantity: 1, Block: true})
 	first := make(chan int, 1)
 	go func() {
-		st, _ := s.do(t, call{tenant: "t1", key: "k-slow", body: blocked})
+		st, _ := s.Do(t, obstest.Call{Tenant: "t1", Key: "k-slow", Body: blocked})
 		first <- st
 	}()
-	<-s.entered
-	require.Equal(t, 1.0, value(t, reg, "idempotency_claims_in_flight", "route", routeOrders))
-	status, _ = s.do(t, call{tenant: "t1", key: "k-slow", body: blocked})
+	<-s.Entered
+	require.Equal(t, 1.0, value(t, reg, "idempotency_claims_in_flight", "route", obstest.RouteOrders))
+	status, _ = s.Do(t, obstest.Call{Tenant: "t1", Key: "k-slow", Body: blocked})
 	require.Equal(t, http.StatusConflict, status)
-	s.release()
+	s.Release()
 	require.Equal(t, http.StatusCreated, <-first)
 	// A business rejection is stored FAILED and replayed as such.
-	reject := mustJSON(t, orderRequest{SKU: 20003, Quantity: 1, Reject: true})
+	reject := obstest.MustJSON(t, obstest.OrderRequest{SKU: 20003, Quantity: 1, Reject: true})
 	for range 2 {
-		status, _ = s.do(t, call{tenant: "t1", key: "k-reject", body: reject})
+		status, _ = s.Do(t, obstest.Call{Tenant: "t1", Key: "k-reject", Body: reject})
 		require.Equal(t, http.StatusUnprocessableEntity, status)
 	}
 	// No key at all is invalid.
-	status, _ = s.do(t, call{tenant: "t1", body: create})
+	status, _ = s.Do(t, obstest.Call{Tenant: "t1", Body: create})
 	require.Equal(t, http.StatusBadRequest, status)
 	// A 5xx releases the key: the retry executes (and fails) again.
 	for range 2 {
-		status, _ = s.do(t, call{path: "/flaky", tenant: "t1", key: "k-flaky", body: create})
+		status, _ = s.Do(t, obstest.Call{Path: "/flaky", Tenant: "t1", Key: "k-flaky", Body: create})
 		require.Equal(t, http.StatusServiceUnavailable, status)
 	}
-	s.waitServed(t, 11)
+	s.WaitServed(t, 11)
 
 	wantRequests := map[[2]string]float64{
-		{routeOrders, "committed"}:   2,
-		{routeOrders, "replayed"}:    3,
-		{routeOrders, "conflict"}:    1,
-		{routeOrders, "in_progress"}: 1,
-		{routeOrders, "rejected"}:    1,
-		{routeOrders, "invalid"}:     1,
-		{routeFlaky, "released"}:     2,
+		{obstest.RouteOrders, "committed"}:   2,
+		{obstest.RouteOrders, "replayed"}:    3,
+		{obstest.RouteOrders, "conflict"}:    1,
+		{obstest.RouteOrders, "in_progress"}: 1,
+		{obstest.RouteOrders, "rejected"}:    1,
+		{obstest.RouteOrders, "invalid"}:     1,
+		{obstest.RouteFlaky, "released"}:     2,
 	}
 	for k, want := range wantRequests {
 		require.Equal(t, want, value(t, reg, "idempotency_requests_total", "route", k[0], "outcome", k[1]), "requests %v", k)
@@ -169,19 +170,19 @@ func TestObserver_CountsExactlyOneFinalOutcomePerRequest_StepsAndStagesSeparatel
 	require.Equal(t, len(wantRequests), testutil.CollectAndCount(reg, "idempotency_request_duration_seconds"))
 
 	// Steps: every execution claimed its key first; nothing was taken over.
-	require.Equal(t, 3.0, value(t, reg, "idempotency_events_total", "route", routeOrders, "event", "claimed"))
-	require.Equal(t, 2.0, value(t, reg, "idempotency_events_total", "route", routeFlaky, "event", "claimed"))
+	require.Equal(t, 3.0, value(t, reg, "idempotency_events_total", "route", obstest.RouteOrders, "event", "claimed"))
+	require.Equal(t, 2.0, value(t, reg, "idempotency_events_total", "route", obstest.RouteFlaky, "event", "claimed"))
 	require.Equal(t, 2, testutil.CollectAndCount(reg, "idempotency_events_total"))
 
-	require.Equal(t, 2.0, value(t, reg, "idempotency_replays_total", "route", routeOrders, "record_status", "DONE"))
-	require.Equal(t, 1.0, value(t, reg, "idempotency_replays_total", "route", routeOrders, "record_status", "FAILED"))
+	require.Equal(t, 2.0, value(t, reg, "idempotency_replays_total", "route", obstest.RouteOrders, "record_status", "DONE"))
+	require.Equal(t, 1.0, value(t, reg, "idempotency_replays_total", "route", obstest.RouteOrders, "record_status", "FAILED"))
 	require.Equal(t, 2, testutil.CollectAndCount(reg, "idempotency_replays_total"))
 
 	// Stages: 8 keyed requests on /orders reached the claim, 3 executed, 3
 	// replayed; the two /flaky requests claimed and executed.
 	wantStages := map[[2]string]uint64{
-		{routeOrders, "claim"}: 8, {routeOrders, "execute"}: 3, {routeOrders, "finalize"}: 3, {routeOrders, "replay"}: 3,
-		{routeFlaky, "claim"}: 2, {routeFlaky, "execute"}: 2, {routeFlaky, "finalize"}: 2,
+		{obstest.RouteOrders, "claim"}: 8, {obstest.RouteOrders, "execute"}: 3, {obstest.RouteOrders, "finalize"}: 3, {obstest.RouteOrders, "replay"}: 3,
+		{obstest.RouteFlaky, "claim"}: 2, {obstest.RouteFlaky, "execute"}: 2, {obstest.RouteFlaky, "finalize"}: 2,
 	}
 	for k, want := range wantStages {
 		require.Equal(t, want, samples(t, reg, "idempotency_stage_duration_seconds", "route", k[0], "stage", k[1]), "stage %v", k)
@@ -189,60 +190,60 @@ func TestObserver_CountsExactlyOneFinalOutcomePerRequest_StepsAndStagesSeparatel
 	require.Equal(t, len(wantStages), testutil.CollectAndCount(reg, "idempotency_stage_duration_seconds"),
 		"no stage series for the request stage")
 
-	require.Equal(t, 0.0, value(t, reg, "idempotency_claims_in_flight", "route", routeOrders))
-	require.Equal(t, 0.0, value(t, reg, "idempotency_claims_in_flight", "route", routeFlaky))
+	require.Equal(t, 0.0, value(t, reg, "idempotency_claims_in_flight", "route", obstest.RouteOrders))
+	require.Equal(t, 0.0, value(t, reg, "idempotency_claims_in_flight", "route", obstest.RouteFlaky))
 
 	var orders int
-	require.NoError(t, s.db.QueryRow("SELECT COUNT(*) FROM purchase_order").Scan(&orders))
+	require.NoError(t, s.DB.QueryRow("SELECT COUNT(*) FROM purchase_order").Scan(&orders))
 	require.Equal(t, 2, orders, "the counted commits are the orders in the database")
 }
 
 func TestObserver_TakeOverOfAnExpiredLease_CountsTakenOverNotClaimed(t *testing.T) {
 	t.Parallel()
 	obs, reg := newObserver(t)
-	s := newService(t, obs)
-	body := mustJSON(t, orderRequest{SKU: 20001, Quantity: 1})
-	s.abandon(t, "t1", "k-crashed", fingerprint(t, body))
+	s := obstest.NewService(t, obs, obstest.Options{})
+	body := obstest.MustJSON(t, obstest.OrderRequest{SKU: 20001, Quantity: 1})
+	s.Abandon(t, "t1", "k-crashed", obstest.Fingerprint(t, body))
 
-	status, _ := s.do(t, call{tenant: "t1", key: "k-crashed", body: body})
+	status, _ := s.Do(t, obstest.Call{Tenant: "t1", Key: "k-crashed", Body: body})
 	require.Equal(t, http.StatusCreated, status)
-	s.waitServed(t, 1)
+	s.WaitServed(t, 1)
 
-	require.Equal(t, 1.0, value(t, reg, "idempotency_events_total", "route", routeOrders, "event", "taken_over"))
-	require.Equal(t, 0.0, value(t, reg, "idempotency_events_total", "route", routeOrders, "event", "claimed"))
-	require.Equal(t, 1.0, value(t, reg, "idempotency_requests_total", "route", routeOrders, "outcome", "committed"))
+	require.Equal(t, 1.0, value(t, reg, "idempotency_events_total", "route", obstest.RouteOrders, "event", "taken_over"))
+	require.Equal(t, 0.0, value(t, reg, "idempotency_events_total", "route", obstest.RouteOrders, "event", "claimed"))
+	require.Equal(t, 1.0, value(t, reg, "idempotency_requests_total", "route", obstest.RouteOrders, "outcome", "committed"))
 	require.Equal(t, 1.0, sum(t, reg, "idempotency_requests_total"))
-	require.Equal(t, uint64(1), samples(t, reg, "idempotency_stage_duration_seconds", "route", routeOrders, "stage", "claim"))
-	require.Equal(t, 0.0, value(t, reg, "idempotency_claims_in_flight", "route", routeOrders))
+	require.Equal(t, uint64(1), samples(t, reg, "idempotency_stage_duration_seconds", "route", obstest.RouteOrders, "stage", "claim"))
+	require.Equal(t, 0.0, value(t, reg, "idempotency_claims_in_flight", "route", obstest.RouteOrders))
 }
 
 func TestObserver_StoreFailureAtClaim_CountsStoreErrorAsTheFinalOutcome(t *testing.T) {
 	t.Parallel()
 	obs, reg := newObserver(t)
-	s := newService(t, obs)
-	_, err := s.db.Exec("DROP TABLE idempotency_record") // the store now fails every statement
+	s := obstest.NewService(t, obs, obstest.Options{})
+	_, err := s.DB.Exec("DROP TABLE idempotency_record") // the store now fails every statement
 	require.NoError(t, err)
 
-	status, _ := s.do(t, call{tenant: "t1", key: "k-1", body: mustJSON(t, orderRequest{SKU: 1, Quantity: 1})})
+	status, _ := s.Do(t, obstest.Call{Tenant: "t1", Key: "k-1", Body: obstest.MustJSON(t, obstest.OrderRequest{SKU: 1, Quantity: 1})})
 	require.Equal(t, http.StatusServiceUnavailable, status)
-	s.waitServed(t, 1)
+	s.WaitServed(t, 1)
 
-	require.Equal(t, 1.0, value(t, reg, "idempotency_requests_total", "route", routeOrders, "outcome", "store_error"))
+	require.Equal(t, 1.0, value(t, reg, "idempotency_requests_total", "route", obstest.RouteOrders, "outcome", "store_error"))
 	require.Equal(t, 1.0, sum(t, reg, "idempotency_requests_total"))
 	require.Equal(t, 0.0, sum(t, reg, "idempotency_events_total"), "a deciding store error is not also a step")
-	require.Equal(t, uint64(1), samples(t, reg, "idempotency_stage_duration_seconds", "route", routeOrders, "stage", "claim"))
-	require.Equal(t, uint64(0), samples(t, reg, "idempotency_stage_duration_seconds", "route", routeOrders, "stage", "execute"))
+	require.Equal(t, uint64(1), samples(t, reg, "idempotency_stage_duration_seconds", "route", obstest.RouteOrders, "stage", "claim"))
+	require.Equal(t, uint64(0), samples(t, reg, "idempotency_stage_duration_seconds", "route", obstest.RouteOrders, "stage", "execute"))
 }
 
 func TestObserver_ReconcilerAndPurge_AddTheirRecordCounts(t *testing.T) {
 	t.Parallel()
 	obs, reg := newObserver(t)
-	s := newService(t, obs)
+	s := obstest.NewService(t, obs, obstest.Options{})
 	ctx := context.Background()
 	for _, key := range []string{"found-1", "found-2", "lost-1"} {
-		s.abandon(t, "t1", key, "fp")
+		s.Abandon(t, "t1", key, "fp")
 	}
-	r := &idempotency.Reconciler{Store: s.store, Observer: obs,
+	r := &idempotency.Reconciler{Store: s.Store, Observer: obs,
 		Recover: func(_ context.Context, rec *idempotency.Record) (*idempotency.Snapshot, bool, error) {
 			if strings.HasPrefix(rec.Key, "found-") {
 				return &idempotency.Snapshot{StatusCode: http.StatusCreated, Body: []byte(`{}`)}, true, nil
@@ -255,17 +256,17 @@ func TestObserver_ReconcilerAndPurge_AddTheirRecordCounts(t *testing.T) {
 
 	// Two final records whose retention has passed, one that has not.
 	for key, retention := range map[string]time.Duration{"old-1": time.Microsecond, "old-2": time.Microsecond, "new": time.Hour} {
-		lease, err := s.store.Claim(ctx, idempotency.Claim{Scope: "t2", Key: key, Fingerprint: "fp", Owner: "o",
+		lease, err := s.Store.Claim(ctx, idempotency.Claim{Scope: "t2", Key: key, Fingerprint: "fp", Owner: "o",
 			Lease: time.Minute, Retention: time.Hour})
 		require.NoError(t, err)
-		_, err = s.store.Finish(ctx, lease, idempotency.StatusDone, &idempotency.Snapshot{StatusCode: 201}, retention)
+		_, err = s.Store.Finish(ctx, lease, idempotency.StatusDone, &idempotency.Snapshot{StatusCode: 201}, retention)
 		require.NoError(t, err)
 	}
 	require.Eventually(t, func() bool {
-		rec, err := s.store.Lookup(ctx, "t2", "old-2")
+		rec, err := s.Store.Lookup(ctx, "t2", "old-2")
 		return err == nil && rec.Expired
 	}, 5*time.Second, time.Millisecond)
-	purged, err := idempotency.Purge(ctx, s.store, 1, obs)
+	purged, err := idempotency.Purge(ctx, s.Store, 1, obs)
 	require.NoError(t, err)
 	require.Equal(t, int64(2), purged)
 

@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/orderguard/idempotency"
+	"github.com/orderguard/idempotency/internal/obstest"
 	"github.com/orderguard/idempotency/tracing"
 )
 
@@ -121,13 +122,13 @@ func TestObserver_CreateThenReplay_StageSpansAreChildrenOfTheRequestSpan_WithOut
 	t.Parallel()
 	obs, sr, tracer := newTracing(t)
 	s := newService(t, obs, tracer)
-	body := mustJSON(t, orderRequest{SKU: 20001, Quantity: 2, Note: secretNote})
+	body := obstest.MustJSON(t, obstest.OrderRequest{SKU: 20001, Quantity: 2, Note: secretNote})
 
 	for range 2 {
-		status, _ := s.do(t, call{tenant: secretScope, key: secretKey, body: body})
+		status, _ := s.Do(t, obstest.Call{Tenant: secretScope, Key: secretKey, Body: body})
 		require.Equal(t, http.StatusCreated, status)
 	}
-	s.waitServed(t, 2)
+	s.WaitServed(t, 2)
 
 	trs := traces(t, sr)
 	require.Len(t, trs, 2)
@@ -142,12 +143,12 @@ func TestObserver_CreateThenReplay_StageSpansAreChildrenOfTheRequestSpan_WithOut
 	requireChildOf(t, create[spanServer], req)
 	for _, stage := range []string{tracing.SpanClaim, tracing.SpanExecute, tracing.SpanFinalize} {
 		requireChildOf(t, req, create[stage])
-		require.Equal(t, routeOrders, attrs(create[stage])[tracing.AttrRoute].AsString(), stage)
+		require.Equal(t, obstest.RouteOrders, attrs(create[stage])[tracing.AttrRoute].AsString(), stage)
 	}
 	requireChildOf(t, create[tracing.SpanExecute], create[spanInsert])
 
 	a := attrs(req)
-	require.Equal(t, routeOrders, a[tracing.AttrRoute].AsString())
+	require.Equal(t, obstest.RouteOrders, a[tracing.AttrRoute].AsString())
 	require.Equal(t, "committed", a[tracing.AttrOutcome].AsString())
 	require.Equal(t, keyHash, a[tracing.AttrKeyHash].AsString())
 	require.Equal(t, int64(http.StatusCreated), a[tracing.AttrStatusCode].AsInt64())
@@ -181,25 +182,25 @@ func TestObserver_ConflictInProgressAndRelease_RecordTheirOutcomes_WithoutErrorS
 	t.Parallel()
 	obs, sr, tracer := newTracing(t)
 	s := newService(t, obs, tracer)
-	body := mustJSON(t, orderRequest{SKU: 20001, Quantity: 1, Note: secretNote, Block: true})
-	other := mustJSON(t, orderRequest{SKU: 20001, Quantity: 9, Note: secretNote})
+	body := obstest.MustJSON(t, obstest.OrderRequest{SKU: 20001, Quantity: 1, Note: secretNote, Block: true})
+	other := obstest.MustJSON(t, obstest.OrderRequest{SKU: 20001, Quantity: 9, Note: secretNote})
 
 	first := make(chan int, 1)
 	go func() {
-		st, _ := s.do(t, call{tenant: secretScope, key: secretKey, body: body})
+		st, _ := s.Do(t, obstest.Call{Tenant: secretScope, Key: secretKey, Body: body})
 		first <- st
 	}()
-	<-s.entered
-	status, _ := s.do(t, call{tenant: secretScope, key: secretKey, body: body})
+	<-s.Entered
+	status, _ := s.Do(t, obstest.Call{Tenant: secretScope, Key: secretKey, Body: body})
 	require.Equal(t, http.StatusConflict, status)
-	status, _ = s.do(t, call{tenant: secretScope, key: secretKey, body: other})
+	status, _ = s.Do(t, obstest.Call{Tenant: secretScope, Key: secretKey, Body: other})
 	require.Equal(t, http.StatusConflict, status)
-	s.release()
+	s.Release()
 	require.Equal(t, http.StatusCreated, <-first)
 	// Keys are unique per scope, not per route: the flaky route needs its own.
-	status, _ = s.do(t, call{path: "/flaky", tenant: secretScope, key: secretKey + "-flaky", body: body})
+	status, _ = s.Do(t, obstest.Call{Path: "/flaky", Tenant: secretScope, Key: secretKey + "-flaky", Body: body})
 	require.Equal(t, http.StatusServiceUnavailable, status)
-	s.waitServed(t, 4)
+	s.WaitServed(t, 4)
 
 	byOutcome := map[string]sdktrace.ReadOnlySpan{}
 	for _, s := range sr.Ended() {
@@ -214,7 +215,7 @@ func TestObserver_ConflictInProgressAndRelease_RecordTheirOutcomes_WithoutErrorS
 		require.Equal(t, want, attrs(span)[tracing.AttrStatusCode].AsInt64(), outcome)
 		require.Equal(t, codes.Unset, span.Status().Code, "%s is an answer, not an error of the middleware", outcome)
 	}
-	require.Equal(t, routeFlaky, attrs(byOutcome["released"])[tracing.AttrRoute].AsString())
+	require.Equal(t, obstest.RouteFlaky, attrs(byOutcome["released"])[tracing.AttrRoute].AsString())
 	requireNoSecrets(t, sr.Ended(), body)
 	requireNoSecrets(t, sr.Ended(), other)
 }
@@ -223,12 +224,12 @@ func TestObserver_TakeOverOfAnExpiredLease_IsAnEventOnTheRequestSpan(t *testing.
 	t.Parallel()
 	obs, sr, tracer := newTracing(t)
 	s := newService(t, obs, tracer)
-	body := mustJSON(t, orderRequest{SKU: 20001, Quantity: 1, Note: secretNote})
-	s.abandon(t, secretScope, secretKey, fingerprint(t, body))
+	body := obstest.MustJSON(t, obstest.OrderRequest{SKU: 20001, Quantity: 1, Note: secretNote})
+	s.Abandon(t, secretScope, secretKey, obstest.Fingerprint(t, body))
 
-	status, _ := s.do(t, call{tenant: secretScope, key: secretKey, body: body})
+	status, _ := s.Do(t, obstest.Call{Tenant: secretScope, Key: secretKey, Body: body})
 	require.Equal(t, http.StatusCreated, status)
-	s.waitServed(t, 1)
+	s.WaitServed(t, 1)
 
 	tr := traces(t, sr)[0]
 	req := tr[tracing.SpanRequest]
@@ -243,13 +244,13 @@ func TestObserver_StoreFailure_SetsErrorStatusAndRecordsTheError(t *testing.T) {
 	t.Parallel()
 	obs, sr, tracer := newTracing(t)
 	s := newService(t, obs, tracer)
-	_, err := s.db.Exec("DROP TABLE idempotency_record") // the store now fails every statement
+	_, err := s.DB.Exec("DROP TABLE idempotency_record") // the store now fails every statement
 	require.NoError(t, err)
-	body := mustJSON(t, orderRequest{SKU: 20001, Quantity: 1, Note: secretNote})
+	body := obstest.MustJSON(t, obstest.OrderRequest{SKU: 20001, Quantity: 1, Note: secretNote})
 
-	status, _ := s.do(t, call{tenant: secretScope, key: secretKey, body: body})
+	status, _ := s.Do(t, obstest.Call{Tenant: secretScope, Key: secretKey, Body: body})
 	require.Equal(t, http.StatusServiceUnavailable, status)
-	s.waitServed(t, 1)
+	s.WaitServed(t, 1)
 
 	tr := traces(t, sr)[0]
 	require.ElementsMatch(t, []string{spanServer, tracing.SpanRequest, tracing.SpanClaim}, names(tr))
@@ -268,10 +269,10 @@ func TestObserver_ReconcilerOutcomes_AreEventsOnTheCallersSpan_WithKeyHashOnly(t
 	t.Parallel()
 	obs, sr, tracer := newTracing(t)
 	s := newService(t, obs, tracer)
-	s.abandon(t, secretScope, secretKey, "fp")
+	s.Abandon(t, secretScope, secretKey, "fp")
 
 	ctx, span := tracer.Start(context.Background(), "test.reconcile")
-	r := &idempotency.Reconciler{Store: s.store, Observer: obs,
+	r := &idempotency.Reconciler{Store: s.Store, Observer: obs,
 		Recover: func(context.Context, *idempotency.Record) (*idempotency.Snapshot, bool, error) {
 			return nil, false, nil
 		}}
