@@ -1,0 +1,106 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// GoBench is one line of `go test -bench -benchmem` output.
+type GoBench struct {
+	Name        string  `json:"name"`
+	Iterations  string  `json:"iterations"`
+	NsPerOp     float64 `json:"ns_per_op"`
+	BytesPerOp  float64 `json:"bytes_per_op"`
+	AllocsPerOp float64 `json:"allocs_per_op"`
+	Line        string  `json:"line"`
+}
+
+// repoRoot finds the library's module root: the nearest directory, from the
+// working directory upwards, whose go.mod declares
+// github.com/orderguard/idempotency itself.
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if err == nil {
+			first, _, _ := strings.Cut(string(b), "\n")
+			if strings.TrimSpace(first) == "module github.com/orderguard/idempotency" {
+				return dir, nil
+			}
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("no go.mod of github.com/orderguard/idempotency above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// runGoBench runs the root package's Go benchmarks with -benchmem and returns
+// the benchmark lines and the exact command.
+func runGoBench(ctx context.Context, benchtime, mysqlDSN string) ([]GoBench, string, string, error) {
+	root, err := repoRoot()
+	if err != nil {
+		return nil, "", "", err
+	}
+	args := []string{"test", "-run=^$", "-bench=.", "-benchmem"}
+	if benchtime != "" {
+		args = append(args, "-benchtime="+benchtime)
+	}
+	args = append(args, ".")
+	cmdline := "go " + strings.Join(args, " ")
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "go", args...)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "IDEMPOTENCY_TEST_MYSQL_DSN="+mysqlDSN)
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	cmd.Stderr = &out
+	fmt.Fprintf(os.Stderr, "== Go benchmarks: (cd %s && %s)\n", root, cmdline)
+	runErr := cmd.Run()
+	var benches []GoBench
+	sc := bufio.NewScanner(bytes.NewReader(out.Bytes()))
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "Benchmark") {
+			continue
+		}
+		fields := strings.Fields(line)
+		if len(fields) < 3 {
+			continue
+		}
+		b := GoBench{Name: fields[0], Iterations: fields[1], Line: line}
+		for i := 2; i+1 < len(fields); i += 2 {
+			var v float64
+			if _, err := fmt.Sscan(fields[i], &v); err != nil {
+				continue
+			}
+			switch fields[i+1] {
+			case "ns/op":
+				b.NsPerOp = v
+			case "B/op":
+				b.BytesPerOp = v
+			case "allocs/op":
+				b.AllocsPerOp = v
+			}
+		}
+		benches = append(benches, b)
+		fmt.Fprintln(os.Stderr, "  "+line)
+	}
+	if runErr != nil {
+		return benches, cmdline, out.String(), fmt.Errorf("%s: %w", cmdline, runErr)
+	}
+	return benches, cmdline, out.String(), nil
+}

@@ -1,0 +1,348 @@
+package main
+
+import (
+	"bytes"
+	crand "crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// users is how many principals (X-User-ID, the idempotency scope) the load
+// spreads over; worker w acts as user w%users+1. B4's bulk loader spreads the
+// existing records over the same scopes.
+const users = 16
+
+// Catalog range seeded by orderservice.Setup (kept literal so that the load
+// generator needs nothing from the service package).
+const (
+	firstSKU = 20001
+	numSKUs  = 100
+)
+
+var (
+	hdrJSON    = []string{"application/json"}
+	userHeader = func() [][]string {
+		out := make([][]string, users+1)
+		for u := 1; u <= users; u++ {
+			out[u] = []string{strconv.Itoa(u)}
+		}
+		return out
+	}()
+	// bodies[user][sku-firstSKU] is the create body; prebuilt so the load
+	// generator allocates as little as possible per request.
+	bodies = func() [][][]byte {
+		out := make([][][]byte, users+1)
+		for u := 1; u <= users; u++ {
+			out[u] = make([][]byte, numSKUs)
+			for s := range numSKUs {
+				out[u][s] = fmt.Appendf(nil, `{"user_id":%d,"sku_id":%d,"quantity":1}`, u, firstSKU+s)
+			}
+		}
+		return out
+	}()
+)
+
+// request is one request a worker sends.
+type request struct {
+	key  string // "" sends no key header
+	user int
+	body []byte
+	want []byte // if set, the response body must equal it (a replay)
+}
+
+// generator returns worker w's next request.
+type generator func(w *worker) request
+
+// target is what a load point drives: a URL and the requests to send there.
+type target struct {
+	url       string
+	keyHeader string // header carrying the key ("Idempotency-Key")
+	gen       generator
+	// wantStatus is the status every answer must have; wantReplayed also
+	// requires Idempotent-Replayed: true (our middleware's replay marker).
+	wantStatus   int
+	wantReplayed bool
+}
+
+type worker struct {
+	id  int
+	rng *rand.Rand
+	n   int
+	buf bytes.Buffer
+}
+
+func (w *worker) user() int { return w.id%users + 1 }
+
+// newKey is a random UUIDv4-shaped key: 36 characters, which is also what
+// Fiber's idempotency middleware insists on.
+func (w *worker) newKey() string {
+	var b [16]byte
+	binary.LittleEndian.PutUint64(b[:8], w.rng.Uint64())
+	binary.LittleEndian.PutUint64(b[8:], w.rng.Uint64())
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	var s [36]byte
+	hex.Encode(s[0:8], b[0:4])
+	s[8] = '-'
+	hex.Encode(s[9:13], b[4:6])
+	s[13] = '-'
+	hex.Encode(s[14:18], b[6:8])
+	s[18] = '-'
+	hex.Encode(s[19:23], b[8:10])
+	s[23] = '-'
+	hex.Encode(s[24:36], b[10:16])
+	return string(s[:])
+}
+
+func newWorker(id int) *worker {
+	var seed [32]byte
+	_, _ = crand.Read(seed[:])
+	return &worker{id: id, rng: rand.New(rand.NewChaCha8(seed))}
+}
+
+// genBaseline: no key (B0).
+func genBaseline(w *worker) request {
+	w.n++
+	u := w.user()
+	return request{user: u, body: bodies[u][(w.id*7+w.n)%numSKUs]}
+}
+
+// genNewKey: a fresh key every time (B1).
+func genNewKey(w *worker) request {
+	r := genBaseline(w)
+	r.key = w.newKey()
+	return r
+}
+
+// poolEntry is a completed key and the answer its first request got.
+type poolEntry struct {
+	key  string
+	user int
+	body []byte
+	resp []byte
+}
+
+// genReplay replays pool round-robin (B2).
+func genReplay(pool []poolEntry) generator {
+	var next atomic.Uint64
+	return func(w *worker) request {
+		e := &pool[(next.Add(1)-1)%uint64(len(pool))]
+		return request{key: e.key, user: e.user, body: e.body, want: e.resp}
+	}
+}
+
+// sample is the outcome of one load point.
+type sample struct {
+	lat      []time.Duration // latencies of requests completed in the window
+	requests int64
+	errors   int64
+	statuses map[int]int
+	firstErr string
+	window   time.Duration
+	probe    map[string]float64 // per-request server counters, CPU
+}
+
+// runLoad drives t with conc closed-loop workers: each sends its next request
+// as soon as the previous answer arrives. Requests completing during warmup
+// are not recorded; the measurement window is dur long. probe, if not nil, is
+// called at the window's start and end (its difference is reported per
+// request).
+func runLoad(client *http.Client, t target, conc int, warmup, dur time.Duration, probe func() map[string]float64) sample {
+	start := time.Now()
+	winStart := start.Add(warmup)
+	winEnd := winStart.Add(dur)
+	type result struct {
+		lat      []time.Duration
+		errors   int64
+		statuses map[int]int
+		firstErr string
+	}
+	results := make([]result, conc)
+	var wg sync.WaitGroup
+	for i := range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w := newWorker(i)
+			res := &results[i]
+			res.lat = make([]time.Duration, 0, 4096)
+			res.statuses = map[int]int{}
+			for {
+				now := time.Now()
+				if now.After(winEnd) {
+					return
+				}
+				rq := t.gen(w)
+				status, err := w.do(client, t, rq)
+				done := time.Now()
+				if done.Before(winStart) || done.After(winEnd) {
+					if err != nil {
+						time.Sleep(5 * time.Millisecond)
+					}
+					continue
+				}
+				res.statuses[status]++
+				if err != nil {
+					res.errors++
+					if res.firstErr == "" {
+						res.firstErr = err.Error()
+					}
+					time.Sleep(5 * time.Millisecond) // don't spin on a dead server
+					continue
+				}
+				res.lat = append(res.lat, done.Sub(now))
+			}
+		}()
+	}
+	var before, after map[string]float64
+	if probe != nil {
+		time.Sleep(time.Until(winStart))
+		before = probe()
+		time.Sleep(time.Until(winEnd))
+		after = probe()
+	}
+	wg.Wait()
+
+	s := sample{statuses: map[int]int{}, window: dur}
+	for _, r := range results {
+		s.lat = append(s.lat, r.lat...)
+		s.errors += r.errors
+		for k, v := range r.statuses {
+			s.statuses[k] += v
+		}
+		if s.firstErr == "" {
+			s.firstErr = r.firstErr
+		}
+	}
+	s.requests = int64(len(s.lat)) + s.errors
+	slices.Sort(s.lat)
+	if before != nil && after != nil && s.requests > 0 {
+		s.probe = map[string]float64{}
+		for k, a := range after {
+			d := a - before[k]
+			if strings.HasPrefix(k, "cpu_") {
+				// CPU seconds → percent of one core over the window, and
+				// milliseconds per request.
+				s.probe[k] = 100 * d / dur.Seconds()
+				if k == "cpu_self" || k == "cpu_db" || k == "cpu_redis" {
+					s.probe[k+"_ms_per_req"] = 1000 * d / float64(s.requests)
+				}
+				continue
+			}
+			s.probe[k] = d / float64(s.requests)
+		}
+		if total, ok := s.probe["cpu_total"]; ok {
+			// Everything else on the machine: other engineers' builds and
+			// tests show up here, and make the point noisy.
+			s.probe["cpu_other"] = max(0, total-s.probe["cpu_self"]-s.probe["cpu_db"]-s.probe["cpu_redis"])
+			delete(s.probe, "cpu_total")
+		}
+	}
+	return s
+}
+
+// do sends one request and checks its answer. A wrong status, a missing
+// replay marker or a replayed body that differs from the original is an
+// error; the status is returned either way (0 for a transport error).
+func (w *worker) do(client *http.Client, t target, rq request) (int, error) {
+	req, err := http.NewRequest(http.MethodPost, t.url, bytes.NewReader(rq.body))
+	if err != nil {
+		return 0, err
+	}
+	req.Header["Content-Type"] = hdrJSON
+	req.Header["X-User-Id"] = userHeader[rq.user]
+	if rq.key != "" {
+		req.Header[t.keyHeader] = []string{rq.key}
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	w.buf.Reset()
+	_, err = io.Copy(&w.buf, resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return resp.StatusCode, err
+	}
+	if resp.StatusCode != t.wantStatus {
+		return resp.StatusCode, fmt.Errorf("status %d, want %d: %.200s", resp.StatusCode, t.wantStatus, w.buf.Bytes())
+	}
+	if t.wantReplayed && resp.Header.Get("Idempotent-Replayed") != "true" {
+		return resp.StatusCode, fmt.Errorf("answer not marked Idempotent-Replayed: %.200s", w.buf.Bytes())
+	}
+	if rq.want != nil && !bytes.Equal(w.buf.Bytes(), rq.want) {
+		return resp.StatusCode, fmt.Errorf("replayed body differs from the original:\n got %.200s\nwant %.200s", w.buf.Bytes(), rq.want)
+	}
+	return resp.StatusCode, nil
+}
+
+// createPool creates n completed keys through t (a first-request target) with
+// conc workers, and returns them with the answers they got.
+func createPool(client *http.Client, t target, n, conc int) ([]poolEntry, error) {
+	pool := make([]poolEntry, n)
+	var next atomic.Int64
+	var firstErr error
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i := range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w := newWorker(i)
+			for {
+				j := next.Add(1) - 1
+				if j >= int64(n) {
+					return
+				}
+				rq := genNewKey(w)
+				w.id = int(j) // spread the pool over users and SKUs
+				rq.user = w.user()
+				rq.body = bodies[rq.user][int(j)%numSKUs]
+				if _, err := w.do(client, t, rq); err != nil {
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = fmt.Errorf("creating the replay pool: %w", err)
+					}
+					mu.Unlock()
+					return
+				}
+				pool[j] = poolEntry{key: rq.key, user: rq.user, body: rq.body, resp: bytes.Clone(w.buf.Bytes())}
+			}
+		}()
+	}
+	wg.Wait()
+	return pool, firstErr
+}
+
+// percentile is the nearest-rank percentile of sorted durations, in ms.
+func percentile(sorted []time.Duration, p float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	rank := int(p/100*float64(len(sorted))+0.999999) - 1
+	rank = max(0, min(rank, len(sorted)-1))
+	return float64(sorted[rank]) / 1e6
+}
+
+func newClient(conc int) *http.Client {
+	return &http.Client{
+		Timeout: 60 * time.Second,
+		Transport: &http.Transport{
+			MaxIdleConns:        0, // no global limit
+			MaxIdleConnsPerHost: max(conc, 64) + 16,
+			IdleConnTimeout:     2 * time.Minute,
+			DisableCompression:  true,
+			ForceAttemptHTTP2:   false,
+		},
+	}
+}

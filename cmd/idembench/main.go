@@ -1,0 +1,324 @@
+// Command idembench measures the idempotency middleware end to end: the
+// example order service's handlers served in-process by a real net/http
+// server on loopback, over a real MariaDB (and SQLite), driven by a
+// closed-loop load generator.
+//
+//	B0  the create-order transaction without idempotency (the baseline)
+//	B1  a first request (new key) through the middleware, in each mode
+//	B2  a replay of a completed key, replay cache on and off
+//	B3  64 concurrent requests with one key: time to answer all; exactly one
+//	    execution, counted in purchase_order (the run fails otherwise)
+//	B4  B1 and B2 with 0 .. 10M existing idempotency records
+//	B5  the same workload through Fiber v3's idempotency middleware + Redis
+//
+// plus allocations per request from the root package's Go benchmarks.
+//
+// Run from the repository root:
+//
+//	cd cmd/idembench && go run . -quick -out ../../docs   # < 60 s, as CI does
+//	cd cmd/idembench && go run . -out ../../docs          # full: 1/16/64, ~10 s a point, B4 to 10M
+//
+// It writes benchmarks.md, benchmarks.json and benchmarks.png to -out. It
+// exits 0 when the measurements complete, whatever the timings; non-zero if
+// a correctness check failed (B3 executions other than exactly 1, answers
+// failing their check) or a measurement could not be made.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/orderguard/idempotency"
+)
+
+type options struct {
+	mysql        string
+	redis        string
+	duration     time.Duration
+	warmup       time.Duration
+	quick        bool
+	out          string
+	sqlite       bool
+	fiber        bool
+	b4           bool
+	ceiling      bool
+	gobench      bool
+	benchtime    string
+	concurrency  []int
+	modes        []idempotency.Mode
+	b4Levels     []int64
+	b4Conc       int
+	b3Reps       int
+	b3Conc       int
+	poolSize     int
+	maxErrorRate float64
+	profileDir   string
+	fromJSON     string
+	args         []string
+}
+
+func parseOptions(args []string) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("idembench", flag.ContinueOnError)
+	fs.StringVar(&o.mysql, "mysql", "root@tcp(127.0.0.1:3306)/", "MariaDB/MySQL server DSN (go-sql-driver form); a fresh database is created per scenario family and dropped at the end")
+	fs.StringVar(&o.redis, "redis", "127.0.0.1:6379", "Redis address for B5 (Fiber); B5 is skipped with a note if unreachable")
+	fs.DurationVar(&o.duration, "duration", 0, "measurement window per point (default 10s, -quick 2s)")
+	fs.DurationVar(&o.warmup, "warmup", 0, "warm-up per point before the window (default 1s, -quick 0.5s)")
+	fs.BoolVar(&o.quick, "quick", false, "a run under 60 s: concurrency 16 only, fewer B3 repetitions, B4 at 0 and 100k")
+	fs.StringVar(&o.out, "out", "docs", "directory for benchmarks.md, benchmarks.json and benchmarks.png")
+	fs.BoolVar(&o.sqlite, "sqlite", true, "include SQLite rows (default on in full mode, off with -quick unless given)")
+	fs.BoolVar(&o.fiber, "fiber", true, "include B5, Fiber v3 + Redis")
+	fs.BoolVar(&o.b4, "b4", true, "include B4, existing records")
+	fs.BoolVar(&o.ceiling, "ceiling", true, "measure the harness ceiling (a no-op 201 handler, no database; default on in full mode, off with -quick unless given)")
+	fs.BoolVar(&o.gobench, "gobench", true, "run the root package's Go benchmarks (-benchmem)")
+	fs.StringVar(&o.benchtime, "benchtime", "", "-benchtime for the Go benchmarks (default go test's, -quick 100ms)")
+	conc := fs.String("concurrency", "", "comma-separated concurrencies (default 1,16,64, -quick 16)")
+	modes := fs.String("modes", "claim-first,single-phase", "comma-separated middleware modes for B1, B2 and B3")
+	levels := fs.String("b4-levels", "", "comma-separated existing-record levels for B4 (default 0,1000000,10000000, -quick 0,100000)")
+	fs.IntVar(&o.b4Conc, "b4-concurrency", 16, "concurrency of the B4 points")
+	fs.IntVar(&o.b3Reps, "b3-reps", 0, "B3 repetitions per variant (default 20, -quick 5)")
+	fs.IntVar(&o.b3Conc, "b3-requests", 64, "B3 concurrent requests with one key")
+	fs.IntVar(&o.poolSize, "pool", 0, "completed keys replayed round-robin in B2 (default 1000, -quick 256)")
+	fs.StringVar(&o.profileDir, "cpuprofile", "", "directory for a Go CPU profile of each load point (this process: load generator, server, middleware, driver)")
+	fs.StringVar(&o.fromJSON, "from-json", "", "measure nothing: re-render benchmarks.md and benchmarks.png in -out from this benchmarks.json")
+	fs.Float64Var(&o.maxErrorRate, "max-error-rate", 0.01, "share of failed answers above which a point fails the run")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	o.args = args
+	pick := func(full, quick string) string {
+		if o.quick {
+			return quick
+		}
+		return full
+	}
+	if o.duration == 0 {
+		o.duration, _ = time.ParseDuration(pick("10s", "2s"))
+	}
+	if o.warmup == 0 {
+		o.warmup, _ = time.ParseDuration(pick("1s", "500ms"))
+	}
+	if o.quick && !set["sqlite"] {
+		o.sqlite = false
+	}
+	if o.quick && !set["ceiling"] {
+		o.ceiling = false
+	}
+	if o.benchtime == "" && o.quick {
+		o.benchtime = "100ms"
+	}
+	if o.b3Reps == 0 {
+		o.b3Reps, _ = strconv.Atoi(pick("20", "5"))
+	}
+	if o.poolSize == 0 {
+		o.poolSize, _ = strconv.Atoi(pick("1000", "256"))
+	}
+	if *conc == "" {
+		*conc = pick("1,16,64", "16")
+	}
+	for _, s := range strings.Split(*conc, ",") {
+		c, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || c < 1 {
+			return o, fmt.Errorf("-concurrency: bad value %q", s)
+		}
+		o.concurrency = append(o.concurrency, c)
+	}
+	for _, s := range strings.Split(*modes, ",") {
+		m, err := parseMode(s)
+		if err != nil {
+			return o, fmt.Errorf("-modes: %w", err)
+		}
+		o.modes = append(o.modes, m)
+	}
+	if len(o.modes) == 0 || o.modes[0] != idempotency.ModeClaimFirst {
+		return o, errors.New("-modes: list claim-first first (B2's pool and B4 use it)")
+	}
+	if *levels == "" {
+		*levels = pick("0,1000000,10000000", "0,100000")
+	}
+	for _, s := range strings.Split(*levels, ",") {
+		n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+		if err != nil || n < 0 || n > 10*users*1_000_000 {
+			return o, fmt.Errorf("-b4-levels: bad value %q", s)
+		}
+		if len(o.b4Levels) > 0 && n < o.b4Levels[len(o.b4Levels)-1] {
+			return o, errors.New("-b4-levels: list levels in ascending order")
+		}
+		o.b4Levels = append(o.b4Levels, n)
+	}
+	return o, nil
+}
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+func run(args []string) int {
+	opts, err := parseOptions(args)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "idembench:", err)
+		return 2
+	}
+	if opts.fromJSON != "" {
+		return rerender(opts.fromJSON, opts.out)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	start := time.Now()
+	r := &runner{opts: opts}
+	rep := &Report{Command: commandLine(args), Options: opts.summary()}
+	rep.Machine = describeMachine(ctx, opts.mysql, opts.redis)
+	fmt.Fprintf(os.Stderr, "idembench: %s\n  %s, %s cores, MariaDB %s, %s\n", rep.Command, rep.Machine.CPUModel, rep.Machine.Nproc, rep.Machine.MariaDB, rep.Machine.GoVersion)
+
+	var errs []error
+	step := func(name string, fn func() error) {
+		if ctx.Err() != nil {
+			return
+		}
+		t0 := time.Now()
+		err := fn()
+		rep.Phases = append(rep.Phases, Phase{Name: name, Seconds: time.Since(t0).Seconds()})
+		fmt.Fprintf(os.Stderr, "  (%s: %.1f s)\n", name, time.Since(t0).Seconds())
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", name, err))
+			fmt.Fprintf(os.Stderr, "idembench: %s: %v\n", name, err)
+		}
+	}
+
+	// Go benchmarks first: their compile and run must not overlap a load point.
+	if opts.gobench {
+		step("go benchmarks", func() error {
+			var err error
+			rep.GoBench, rep.GoBenchCmd, rep.goBenchOut, err = runGoBench(ctx, opts.benchtime, opts.mysql)
+			return err
+		})
+	}
+	if opts.ceiling {
+		step("harness ceiling", func() error { return r.runCeiling(ctx) })
+	}
+	step("mariadb", func() error {
+		f, err := openMariaDB(ctx, opts.mysql, "main")
+		if err != nil {
+			return err
+		}
+		defer f.close()
+		if err := r.runMain(ctx, f); err != nil {
+			return err
+		}
+		return r.runB3(ctx, f)
+	})
+	if opts.sqlite {
+		step("sqlite", func() error {
+			f, err := openSQLite(ctx)
+			if err != nil {
+				return err
+			}
+			defer f.close()
+			if err := r.runMain(ctx, f); err != nil {
+				return err
+			}
+			return r.runB3(ctx, f)
+		})
+	}
+	if opts.b4 {
+		step("b4", func() error {
+			f, err := openMariaDB(ctx, opts.mysql, "b4")
+			if err != nil {
+				return err
+			}
+			defer f.close()
+			return r.runB4(ctx, f)
+		})
+	}
+	if opts.fiber {
+		step("fiber", func() error {
+			f, err := openMariaDB(ctx, opts.mysql, "fiber")
+			if err != nil {
+				return err
+			}
+			defer f.close()
+			return r.runFiber(ctx, f)
+		})
+	}
+	if ctx.Err() != nil {
+		errs = append(errs, ctx.Err())
+	}
+
+	rep.fill(r)
+	rep.Elapsed = time.Since(start).Seconds()
+	for _, err := range errs {
+		rep.Errors = append(rep.Errors, err.Error())
+	}
+	if err := rep.write(opts.out); err != nil {
+		fmt.Fprintln(os.Stderr, "idembench: write report:", err)
+		return 1
+	}
+	fmt.Print(rep.markdown())
+	fmt.Fprintf(os.Stderr, "idembench: done in %.1f s; wrote %s\n", rep.Elapsed,
+		strings.Join([]string{filepath.Join(opts.out, "benchmarks.md"), filepath.Join(opts.out, "benchmarks.json"), filepath.Join(opts.out, "benchmarks.png")}, ", "))
+	switch {
+	case len(r.failures) > 0:
+		fmt.Fprintf(os.Stderr, "idembench: %d correctness check(s) FAILED:\n  %s\n", len(r.failures), strings.Join(r.failures, "\n  "))
+		return 3
+	case len(errs) > 0:
+		fmt.Fprintf(os.Stderr, "idembench: %d measurement(s) could not be made\n", len(errs))
+		return 1
+	}
+	return 0
+}
+
+func commandLine(args []string) string {
+	quoted := make([]string, len(args))
+	for i, a := range args {
+		if strings.ContainsAny(a, " ()'\"$*?") {
+			a = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+		quoted[i] = a
+	}
+	return strings.TrimSpace("cd cmd/idembench && go run . " + strings.Join(quoted, " "))
+}
+
+func (o options) summary() map[string]any {
+	modes := make([]string, len(o.modes))
+	for i, m := range o.modes {
+		modes[i] = modeName(m)
+	}
+	return map[string]any{
+		"quick": o.quick, "duration": o.duration.String(), "warmup": o.warmup.String(),
+		"concurrency": o.concurrency, "modes": modes, "b4_levels": o.b4Levels, "b4_concurrency": o.b4Conc,
+		"b3_requests": o.b3Conc, "b3_repetitions": o.b3Reps, "replay_pool": o.poolSize,
+		"sqlite": o.sqlite, "fiber": o.fiber, "ceiling": o.ceiling, "b4": o.b4, "gobench": o.gobench, "benchtime": o.benchtime,
+	}
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+// rerender writes the report of an earlier run again, from its JSON.
+func rerender(path, out string) int {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "idembench:", err)
+		return 1
+	}
+	var rep Report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		fmt.Fprintln(os.Stderr, "idembench:", path+":", err)
+		return 1
+	}
+	if err := rep.write(out); err != nil {
+		fmt.Fprintln(os.Stderr, "idembench:", err)
+		return 1
+	}
+	return 0
+}
