@@ -330,18 +330,18 @@ func (s *benchStore) Release(_ context.Context, l idempotency.Lease) error {
 	return nil
 }
 
-func (s *benchStore) InsertFinal(_ context.Context, _ *sql.Tx, c idempotency.Claim, st idempotency.Status, snap *idempotency.Snapshot) (idempotency.Lease, error) {
+func (s *benchStore) InsertFinal(_ context.Context, _ *sql.Tx, c idempotency.Claim, st idempotency.Status, snap *idempotency.Snapshot) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	id := benchID(c.Scope, c.Key)
 	if _, ok := s.recs[id]; ok {
-		return idempotency.Lease{}, idempotency.ErrKeyClaimed
+		return idempotency.ErrKeyClaimed
 	}
 	now := time.Now()
 	s.recs[id] = &idempotency.Record{Scope: c.Scope, Key: c.Key, Fingerprint: c.Fingerprint,
 		Status: st, Owner: c.Owner, Version: 1, Snapshot: snap,
 		CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(c.Retention)}
-	return idempotency.Lease{Scope: c.Scope, Key: c.Key, Owner: c.Owner, Version: 1}, nil
+	return nil
 }
 
 // benchNopConnector is a database/sql driver whose transactions do nothing:

@@ -96,7 +96,8 @@ type Config struct {
 	Retention time.Duration
 
 	// IsFinalFunc decides which handler statuses are final outcomes that are
-	// stored and replayed. A 2xx is committed with the business transaction;
+	// stored and replayed; it must be true for every 2xx (New checks). A 2xx
+	// is committed with the business transaction;
 	// a final non-2xx (a business rejection such as 422) rolls the
 	// transaction back and is stored as FAILED; a non-final status rolls back
 	// and releases the key so that a retry executes again. Defaults to
@@ -214,6 +215,11 @@ func (c Config) validate() error {
 		return errors.New("idempotency: RetryAfter and InFlightWait must not be negative")
 	case len(c.InstanceID) > 64:
 		return errors.New("idempotency: InstanceID longer than 64 bytes")
+	}
+	for status := 200; status < 300; status++ {
+		if !c.IsFinalFunc(status) {
+			return fmt.Errorf("idempotency: IsFinalFunc(%d) is false: a 2xx is always final (it commits)", status)
+		}
 	}
 	for _, h := range c.ReplayHeaders {
 		if forbiddenReplayHeaders[http.CanonicalHeaderKey(h)] {

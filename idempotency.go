@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 )
@@ -85,13 +86,13 @@ type attempt struct {
 }
 
 // serve is the protocol, one step per stage:
-// key → scope → fingerprint → claim → execute → finalize → respond.
+// key → scope → fingerprint → claim → execute → finalize, answering
+// duplicates from the cache or the store along the way.
 func (a *attempt) serve() {
 	// 1. Key.
 	if err := a.readKey(); err != nil {
 		if errors.Is(err, ErrMissingKey) && a.m.cfg.KeyOptional {
-			a.next.ServeHTTP(a.w, a.r)
-			a.done(Event{Outcome: OutcomeUnprotected})
+			a.passThrough()
 			return
 		}
 		a.reject(err)
@@ -107,26 +108,38 @@ func (a *attempt) serve() {
 		a.reject(err)
 		return
 	}
-	// 4. Replay a finished key from the cache, or claim the key.
+	// A finished key this process has seen is answered without the store.
 	if rec := a.m.cache.get(a.scope, a.key); rec != nil {
 		a.respondToDuplicate(rec)
 		return
 	}
 	if a.m.cfg.Mode == ModeSinglePhase {
-		a.serveSinglePhase()
+		a.serveSinglePhase() // steps 5 and 6 with the record written last
 		return
 	}
-	rec, err := a.claim()
+	// 4. Claim.
+	claimed, rec, err := a.claim()
 	switch {
 	case err != nil:
 		a.fail(OutcomeStoreError, err)
-	case rec != nil:
-		// 7. Respond to a duplicate.
+	case !claimed:
 		a.respondToDuplicate(rec)
 	default:
-		// 5. Execute, 6. finalize, 7. respond.
+		// 5. Execute, then 6. finalize.
 		a.execute()
 	}
+}
+
+// passThrough serves a keyless request unprotected (KeyOptional).
+func (a *attempt) passThrough() {
+	defer func() {
+		if v := recover(); v != nil {
+			a.done(Event{Outcome: OutcomeUnprotected, Err: fmt.Errorf("idempotency: handler panicked: %v", v)})
+			panic(v)
+		}
+	}()
+	a.next.ServeHTTP(a.w, a.r)
+	a.done(Event{Outcome: OutcomeUnprotected})
 }
 
 // readKey is step 1: the key header, in plain or RFC 8941 sf-string form.
@@ -206,68 +219,67 @@ func (a *attempt) readFingerprint() error {
 // vanishes (released or purged) or changes under it before it gives up.
 const maxClaimRounds = 4
 
+// errKeyChurn means the key's record kept changing under a claim.
+var errKeyChurn = errors.New("idempotency: claim: the key's record kept changing; retry")
+
 // claim is step 4: a plain INSERT in autocommit. On a duplicate key the
 // existing record is read with a fresh statement (a transaction's snapshot
 // could hide the winner) and either taken over, when its lease or retention
 // has expired, or returned for respondToDuplicate.
-func (a *attempt) claim() (*Record, error) {
+func (a *attempt) claim() (claimed bool, rec *Record, err error) {
 	ctx, endStage := a.m.startStage(a.ctx, StageClaim)
 	end := func(e StageEnd) { e.KeyHash = a.keyHash; endStage(e) }
 	c := Claim{
 		Scope: a.scope, Key: a.key, Fingerprint: a.fingerprint,
 		Owner: a.m.newOwner(), Lease: a.m.cfg.Lease, Retention: a.m.cfg.Retention,
 	}
-	var rec *Record
 	for range maxClaimRounds {
 		lease, err := a.m.store.Claim(ctx, c)
 		if err == nil {
 			a.lease = lease
 			a.note(Event{Outcome: OutcomeClaimed})
 			end(StageEnd{Outcome: OutcomeClaimed, Record: StatusProcessing})
-			return nil, nil
+			return true, nil, nil
 		}
 		if !errors.Is(err, ErrKeyClaimed) {
 			end(StageEnd{Outcome: OutcomeStoreError, Err: err})
-			return nil, err
+			return false, nil, err
 		}
-		rec, err = a.lookup(ctx)
+		rec, err := a.lookup(ctx)
 		if errors.Is(err, ErrRecordNotFound) {
 			continue // released or purged since our INSERT: claim again
 		}
 		if err != nil {
 			end(StageEnd{Outcome: OutcomeStoreError, Err: err})
-			return nil, err
+			return false, nil, err
 		}
 		if !a.mayTakeOver(rec) {
 			end(StageEnd{Record: rec.Status})
-			return rec, nil
+			return false, rec, nil
 		}
-		lease, err = a.m.store.TakeOver(ctx, c, rec.Version)
+		lease, err = a.m.store.TakeOver(ctx, c, Lease{Owner: rec.Owner, Version: rec.Version})
 		if err == nil {
 			a.lease = lease
 			a.note(Event{Outcome: OutcomeTakenOver})
 			a.m.log(slog.LevelWarn, "took over an abandoned key", a.keyHash,
 				"previous_owner", rec.Owner, "lease_version", lease.Version, "record_expired", rec.Expired)
 			end(StageEnd{Outcome: OutcomeTakenOver, Record: StatusProcessing})
-			return nil, nil
+			return true, nil, nil
 		}
 		if !errors.Is(err, ErrLeaseLost) {
 			end(StageEnd{Outcome: OutcomeStoreError, Err: err})
-			return nil, err
+			return false, nil, err
 		}
-		// Another duplicate took it over first: read its state again.
+		// Another request took it over or removed it first: start again.
 	}
-	if rec == nil {
-		err := errors.New("idempotency: claim: the key's record kept vanishing")
-		end(StageEnd{Outcome: OutcomeStoreError, Err: err})
-		return nil, err
-	}
-	end(StageEnd{Record: rec.Status})
-	return rec, nil
+	end(StageEnd{Outcome: OutcomeStoreError, Err: errKeyChurn})
+	return false, nil, errKeyChurn
 }
 
-// mayTakeOver: a record past its retention is a new key; an expired lease on
-// the same request means its attempt died, so this one may finish the work.
+// mayTakeOver: a final record past its retention is a new key; a PROCESSING
+// record whose lease expired on the same request means its attempt died, so
+// this one may finish the work. (A PROCESSING record never expires by
+// retention: only its lease decides.)
 func (a *attempt) mayTakeOver(rec *Record) bool {
 	return rec.Expired ||
 		(rec.Status == StatusProcessing && rec.LeaseExpired && rec.Fingerprint == a.fingerprint)
@@ -278,19 +290,26 @@ func (a *attempt) mayTakeOver(rec *Record) bool {
 func (a *attempt) execute() {
 	wake := a.m.inflight.begin(a.scope, a.key)
 	defer wake()
-	ctx, exec, stop := a.detach()
-	defer stop()
 
-	res, err := a.runHandler(ctx, exec)
+	res, err := a.runHandler()
 	if err != nil {
-		a.release(ctx, err)
+		a.releaseAndAnswer(a.ctx, err)
 		return
 	}
+	defer res.stop()
+	a.finalize(res)
+}
 
-	// 6. Finalize, under the lease as the handler's heartbeats left it.
-	a.lease = exec.currentLease()
+// finalize is step 6, by the handler's verdict. It runs on a context of its
+// own (finalizeContext): the handler's deadline may have passed, and fencing,
+// not the deadline, keeps a late finalize from harming a successor.
+func (a *attempt) finalize(res *handlerResult) {
+	ctx, cancel := a.finalizeContext()
+	defer cancel()
 	ctx, end := a.m.startStage(ctx, StageFinalize)
 	defer func() { end(StageEnd{Outcome: a.outcome, KeyHash: a.keyHash}) }()
+
+	a.lease = res.exec.currentLease() // as the handler's heartbeats left it
 	switch res.verdict(a.m.cfg.IsFinalFunc) {
 	case verdictBroken:
 		_ = res.tx.Rollback()
@@ -299,7 +318,7 @@ func (a *attempt) execute() {
 			a.done(Event{Outcome: OutcomeReleased, Err: http.ErrAbortHandler})
 			panic(res.panicked) // net/http aborts the response, as the handler asked
 		}
-		a.release(ctx, res.err(a.m.cfg.MaxSnapshotBytes))
+		a.releaseAndAnswer(ctx, res.err(a.m.cfg.MaxSnapshotBytes))
 	case verdictCommit:
 		a.commit(ctx, res.tx, res.header, a.m.snapshot(res.status, res.header, res.body))
 	case verdictReject:
@@ -311,23 +330,21 @@ func (a *attempt) execute() {
 	}
 }
 
-// detach returns the context the handler and finalize run on, detached from
-// the client's: an agent whose gateway timed out has usually gone away, and
-// the order it asked for should still commit so that its retry replays it.
-// The lease bounds it instead: the context ends a tenth before the lease.
-func (a *attempt) detach() (context.Context, *execution, func()) {
-	ctx, cancel := context.WithCancel(context.WithoutCancel(a.ctx))
-	exec := &execution{
-		store: a.m.store, lease: a.lease, key: a.key, scope: a.scope, leaseD: a.m.cfg.Lease,
-		singlePhase: a.m.cfg.Mode == ModeSinglePhase,
-		deadline:    time.AfterFunc(handlerBudget(a.m.cfg.Lease), cancel),
-	}
-	return ctx, exec, func() { exec.deadline.Stop(); cancel() }
+// finalizeTimeout bounds finalizing: the fenced writes, COMMIT and any
+// re-reads that decide an unknown outcome.
+const finalizeTimeout = 10 * time.Second
+
+// finalizeContext is detached from the client (see runHandler) and from the
+// handler's deadline.
+func (a *attempt) finalizeContext() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(a.ctx), finalizeTimeout)
 }
 
 // handlerResult is what the wrapped handler did inside its transaction.
 type handlerResult struct {
 	tx         *sql.Tx
+	exec       *execution
+	stop       func() // ends the handler's context and the transaction's
 	status     int
 	header     http.Header
 	body       []byte
@@ -348,10 +365,10 @@ func (h *handlerResult) verdict(isFinal func(int) bool) verdict {
 	switch {
 	case h.panicked != nil || h.overflowed:
 		return verdictBroken
+	case h.status >= 200 && h.status < 300:
+		return verdictCommit // Config.validate ensures IsFinalFunc agrees
 	case !isFinal(h.status):
 		return verdictRetry
-	case h.status >= 200 && h.status < 300:
-		return verdictCommit
 	default:
 		return verdictReject
 	}
@@ -365,22 +382,37 @@ func (h *handlerResult) err(limit int) error {
 }
 
 // runHandler begins the transaction and calls the handler with it in its
-// context. A panic becomes a value, so that the transaction is rolled back.
-func (a *attempt) runHandler(ctx context.Context, exec *execution) (*handlerResult, error) {
-	ctx, endStage := a.m.startStage(ctx, StageExecute)
+// context. Both are detached from the client's context: an agent whose
+// gateway timed out has usually gone away, and the order it asked for should
+// still commit so that its retry replays it. The handler's context ends a
+// tenth before the lease does (ExtendLease moves that); the transaction's
+// lives until finalize has committed or rolled it back. A panic becomes a
+// value, so that the transaction is rolled back.
+func (a *attempt) runHandler() (*handlerResult, error) {
+	base := context.WithoutCancel(a.ctx)
+	txCtx, stopTx := context.WithCancel(base)
+	handlerCtx, stopHandler := context.WithCancel(base)
+	exec := &execution{
+		store: a.m.store, lease: a.lease, key: a.key, scope: a.scope, leaseD: a.m.cfg.Lease,
+		singlePhase: a.m.cfg.Mode == ModeSinglePhase,
+		deadline:    time.AfterFunc(handlerBudget(a.m.cfg.Lease), stopHandler),
+	}
+	res := &handlerResult{exec: exec, stop: func() { exec.deadline.Stop(); stopHandler(); stopTx() }}
+
+	handlerCtx, endStage := a.m.startStage(handlerCtx, StageExecute)
 	end := func(e StageEnd) { e.KeyHash = a.keyHash; endStage(e) }
-	tx, err := a.m.store.BeginTx(ctx)
+	tx, err := a.m.store.BeginTx(txCtx)
 	if err != nil {
+		res.stop()
 		end(StageEnd{Outcome: OutcomeStoreError, Err: err})
 		a.note(Event{Outcome: OutcomeStoreError, Err: err})
 		return nil, err
 	}
-	exec.tx = tx
+	exec.tx, res.tx = tx, tx
 	rec := newRecorder(a.w, a.m.cfg.MaxSnapshotBytes)
-	res := &handlerResult{tx: tx}
 	func() {
 		defer func() { res.panicked = recover() }()
-		a.next.ServeHTTP(rec, a.r.WithContext(context.WithValue(ctx, contextKey{}, exec)))
+		a.next.ServeHTTP(rec, a.r.WithContext(context.WithValue(handlerCtx, contextKey{}, exec)))
 	}()
 	res.status, res.header = rec.result()
 	res.body, res.overflowed = rec.body.Bytes(), rec.overflowed
@@ -396,6 +428,7 @@ func (a *attempt) runHandler(ctx context.Context, exec *execution) (*handlerResu
 // business transaction, then commit. The order rows and the snapshot commit
 // together or not at all; the client hears nothing before the commit.
 func (a *attempt) commit(ctx context.Context, tx *sql.Tx, header http.Header, snap *Snapshot) {
+	started := time.Now()
 	finished, err := a.m.store.FinishTx(ctx, tx, a.lease, StatusDone, snap, a.m.cfg.Retention)
 	if err != nil {
 		_ = tx.Rollback()
@@ -404,14 +437,14 @@ func (a *attempt) commit(ctx context.Context, tx *sql.Tx, header http.Header, sn
 			return
 		}
 		a.note(Event{Outcome: OutcomeStoreError, Err: err})
-		a.release(ctx, err)
+		a.releaseAndAnswer(ctx, err)
 		return
 	}
 	if err := tx.Commit(); err != nil {
 		a.resolveCommit(ctx, finished, header, snap, err)
 		return
 	}
-	a.m.cacheOwn(a.scope, a.key, a.fingerprint, StatusDone, snap)
+	a.m.cacheOwn(a.scope, a.key, a.fingerprint, StatusDone, snap, started)
 	writeResponse(a.w, snap.StatusCode, header, snap.Body)
 	a.done(Event{Outcome: OutcomeCommitted, Status: snap.StatusCode})
 }
@@ -466,6 +499,7 @@ func (a *attempt) resolveCommit(ctx context.Context, finished Lease, header http
 // an unknown SKU): the business transaction is already rolled back; the
 // answer is stored as FAILED so that every retry gets it again.
 func (a *attempt) storeRejection(ctx context.Context, header http.Header, snap *Snapshot) {
+	started := time.Now()
 	_, err := a.m.store.Finish(ctx, a.lease, StatusFailed, snap, a.m.cfg.Retention)
 	switch {
 	case errors.Is(err, ErrLeaseLost):
@@ -479,7 +513,7 @@ func (a *attempt) storeRejection(ctx context.Context, header http.Header, snap *
 		a.note(Event{Outcome: OutcomeStoreError, Err: err})
 		a.m.log(slog.LevelError, "could not store a rejection; key released", a.keyHash, "err", err)
 	default:
-		a.m.cacheOwn(a.scope, a.key, a.fingerprint, StatusFailed, snap)
+		a.m.cacheOwn(a.scope, a.key, a.fingerprint, StatusFailed, snap, started)
 	}
 	writeResponse(a.w, snap.StatusCode, header, snap.Body)
 	a.done(Event{Outcome: OutcomeRejected, Status: snap.StatusCode})
@@ -498,10 +532,10 @@ func (a *attempt) releaseAndPassThrough(ctx context.Context, status int, header 
 	a.done(Event{Outcome: OutcomeReleased, Status: status})
 }
 
-// release rolls an attempt back after an error: the key is released (fenced,
-// so a late attempt never deletes its successor's claim) and the client is
-// answered 500. A retry with the same key executes again.
-func (a *attempt) release(ctx context.Context, cause error) {
+// releaseAndAnswer ends an attempt that failed after its claim: the key is
+// released (fenced, so a late attempt never deletes its successor's claim)
+// and the client is answered 500. A retry with the same key executes again.
+func (a *attempt) releaseAndAnswer(ctx context.Context, cause error) {
 	if err := a.m.store.Release(ctx, a.lease); err != nil && !errors.Is(err, ErrLeaseLost) {
 		a.note(Event{Outcome: OutcomeStoreError, Err: err})
 		cause = fmt.Errorf("%w; release: %v", cause, err)
@@ -619,10 +653,12 @@ func (a *attempt) lookup(ctx context.Context) (*Record, error) {
 	return rec, err
 }
 
-// cacheOwn caches a record this process just finished.
-func (m *Middleware) cacheOwn(scope, key, fingerprint string, st Status, snap *Snapshot) {
+// cacheOwn caches a record this process just finished. The store computed
+// its expiry at some moment after started, so the entry's clock starts there.
+func (m *Middleware) cacheOwn(scope, key, fingerprint string, st Status, snap *Snapshot, started time.Time) {
 	ttl := m.cfg.Retention
-	m.cache.put(&Record{Scope: scope, Key: key, Fingerprint: fingerprint, Status: st, Snapshot: snap}, ttl-cacheMargin(ttl))
+	ttl -= cacheMargin(ttl) + time.Since(started)
+	m.cache.put(&Record{Scope: scope, Key: key, Fingerprint: fingerprint, Status: st, Snapshot: snap}, ttl)
 }
 
 // note reports a step outcome.
@@ -676,7 +712,7 @@ func writeReplay(w http.ResponseWriter, s *Snapshot) {
 func writeResponse(w http.ResponseWriter, status int, header http.Header, body []byte) {
 	dst := w.Header()
 	for k, v := range header {
-		dst[k] = v
+		dst[k] = slices.Clone(v) // a snapshot may be cached: never share its slices
 	}
 	dst.Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(status)

@@ -476,11 +476,11 @@ func faultSnapshotHeaders(location string) []byte {
 	return b
 }
 
-// expectTakeOver re-claims the record read at version.
-func (h *faultHarness) expectTakeOver(version int64) *sqlmock.ExpectedExec {
+// expectTakeOver re-claims the record read as held by prevOwner at version.
+func (h *faultHarness) expectTakeOver(prevOwner string, version int64) *sqlmock.ExpectedExec {
 	h.scripted = append(h.scripted, "takeover")
 	return h.mock.ExpectExec(faultSQLTakeOver).
-		WithArgs(h.fp, h.owner, faultLeaseMicros, faultRetentionMicros, faultScope, faultKey, version)
+		WithArgs(h.fp, h.owner, faultLeaseMicros, faultRetentionMicros, faultScope, faultKey, prevOwner, version)
 }
 
 func (h *faultHarness) expectBegin() *sqlmock.ExpectedBegin {
@@ -801,7 +801,7 @@ func TestFault_TakeOver_ExpiredLeaseExecutesOnceAndFailuresNeverExecute(t *testi
 			script: func(h *faultHarness) {
 				h.claimTaken()
 				h.lookupFinds(expiredLease)
-				h.expectTakeOver(1).WillReturnResult(faultAffected1)
+				h.expectTakeOver(faultTheirs, 1).WillReturnResult(faultAffected1)
 				h.begin()
 				h.orderInserted()
 				h.expectFinishDone(2).WillReturnResult(faultAffected1)
@@ -814,7 +814,7 @@ func TestFault_TakeOver_ExpiredLeaseExecutesOnceAndFailuresNeverExecute(t *testi
 			script: func(h *faultHarness) {
 				h.claimTaken()
 				h.lookupFinds(expiredRecord)
-				h.expectTakeOver(2).WillReturnResult(faultAffected1)
+				h.expectTakeOver(faultTheirs, 2).WillReturnResult(faultAffected1)
 				h.begin()
 				h.orderInserted()
 				h.expectFinishDone(3).WillReturnResult(faultAffected1)
@@ -837,7 +837,7 @@ func TestFault_TakeOver_ExpiredLeaseExecutesOnceAndFailuresNeverExecute(t *testi
 			script: func(h *faultHarness) {
 				h.claimTaken()
 				h.lookupFinds(expiredLease)
-				h.expectTakeOver(1).WillReturnError(errFaultStoreDown)
+				h.expectTakeOver(faultTheirs, 1).WillReturnError(errFaultStoreDown)
 			},
 			want: faultStoreUnavailable,
 		},
@@ -846,7 +846,7 @@ func TestFault_TakeOver_ExpiredLeaseExecutesOnceAndFailuresNeverExecute(t *testi
 			script: func(h *faultHarness) {
 				h.claimTaken()
 				h.lookupFinds(expiredLease)
-				h.expectTakeOver(1).WillReturnResult(faultAffected0)
+				h.expectTakeOver(faultTheirs, 1).WillReturnResult(faultAffected0)
 				h.claimTaken()
 				h.lookupFinds(faultProcessing(faultTheirs, 2))
 			},

@@ -36,6 +36,12 @@ type Reconciler struct {
 	// Retention applies to backfilled records. Defaults to 24h.
 	Retention time.Duration
 
+	// FailureBackoff is how long a record whose recovery failed is set
+	// aside (its lease is extended, fenced) so that one broken record cannot
+	// hold the head of the queue and starve the others. Defaults to 10 ×
+	// Interval.
+	FailureBackoff time.Duration
+
 	// Observer receives OutcomeRecovered and OutcomeReclaimed. Defaults to
 	// none.
 	Observer Observer
@@ -87,11 +93,18 @@ func (r *Reconciler) RunOnce(ctx context.Context) (recovered, reclaimed int, err
 		return 0, 0, err
 	}
 	var errs []error
+	setAside := func(lease Lease, err error) {
+		errs = append(errs, err)
+		_, _ = r.Store.Extend(ctx, lease, r.failureBackoff()) // fenced; losing it is fine
+	}
 	for _, rec := range records {
 		lease := Lease{Scope: rec.Scope, Key: rec.Key, Owner: rec.Owner, Version: rec.Version}
 		snap, found, err := r.Recover(ctx, rec)
+		if err == nil && found && snap == nil {
+			err = errors.New("RecoverFunc found the effect but returned no snapshot")
+		}
 		if err != nil {
-			errs = append(errs, fmt.Errorf("recover %s: %w", KeyHash(rec.Scope, rec.Key), err))
+			setAside(lease, fmt.Errorf("recover %s: %w", KeyHash(rec.Scope, rec.Key), err))
 			continue
 		}
 		outcome := OutcomeReclaimed
@@ -105,7 +118,7 @@ func (r *Reconciler) RunOnce(ctx context.Context) (recovered, reclaimed int, err
 		case errors.Is(err, ErrLeaseLost):
 			continue // someone else settled it first: that is fine
 		case err != nil:
-			errs = append(errs, err)
+			setAside(lease, err)
 			continue
 		}
 		if found {
@@ -121,6 +134,17 @@ func (r *Reconciler) RunOnce(ctx context.Context) (recovered, reclaimed int, err
 		}
 	}
 	return recovered, reclaimed, errors.Join(errs...)
+}
+
+func (r *Reconciler) failureBackoff() time.Duration {
+	switch {
+	case r.FailureBackoff > 0:
+		return r.FailureBackoff
+	case r.Interval > 0:
+		return 10 * r.Interval
+	default:
+		return time.Minute
+	}
 }
 
 func (r *Reconciler) logger() *slog.Logger {

@@ -280,3 +280,30 @@ func (c *countingStore) Purge(ctx context.Context, limit int) (int64, error) {
 	*c.purges++
 	return c.Store.Purge(ctx, limit)
 }
+
+func TestReconciler_FailingRecord_IsSetAsideAndDoesNotStarveTheOthers(t *testing.T) {
+	t.Parallel()
+	db := newMySQL(t)
+	ctx := context.Background()
+	store := idempotency.NewMySQLStore(db)
+	abandon(t, store, "s", "broken", "fp") // oldest lease: first in the queue
+	abandon(t, store, "s", "fine", "fp")
+
+	r := &idempotency.Reconciler{Store: store, BatchSize: 1, FailureBackoff: time.Hour,
+		Recover: func(_ context.Context, rec *idempotency.Record) (*idempotency.Snapshot, bool, error) {
+			if rec.Key == "broken" {
+				return nil, true, nil // found, but no snapshot: a broken hook
+			}
+			return nil, false, nil
+		}}
+	_, _, err := r.RunOnce(ctx)
+	require.ErrorContains(t, err, "no snapshot")
+	_, reclaimed, err := r.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, reclaimed, "the next pass reaches the record behind the broken one")
+
+	rec, err := store.Lookup(ctx, "s", "broken")
+	require.NoError(t, err)
+	require.Equal(t, idempotency.StatusProcessing, rec.Status, "the broken record waits for its backoff")
+	require.False(t, rec.LeaseExpired)
+}

@@ -5,50 +5,31 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 )
 
-// serveSinglePhase is steps 4–7 in ModeSinglePhase: look the key up instead
-// of claiming it, execute, and insert the finished record as the last
-// statement of the business transaction. A concurrent duplicate executes
-// too, then blocks on the record's (or the order's) unique key until the
-// first commits, fails, rolls back and replays the winner.
+// serveSinglePhase is steps 5 and 6 in ModeSinglePhase: there is no claim.
+// The handler runs at once, and the finished record is inserted as the last
+// statement of its transaction. A concurrent duplicate executes too, then
+// blocks on the record's (or the order's) unique key until the first
+// commits, fails, rolls back and replays the winner. So does a replay that
+// misses the in-process cache: it costs an execution and a rollback instead
+// of a lookup, which is the price of one round trip less for every new key.
 func (a *attempt) serveSinglePhase() {
-	// 4. Look up.
-	ctx, end := a.m.startStage(a.ctx, StageClaim)
-	rec, err := a.lookup(ctx)
-	switch {
-	case err == nil && rec.Expired:
-		// Past retention the key is new. If another request forgets or
-		// replaces the record first, our insert collides and we replay it.
-		if err := a.m.store.Forget(ctx, a.scope, a.key, rec.Version); err != nil && !errors.Is(err, ErrLeaseLost) {
-			end(StageEnd{Outcome: OutcomeStoreError, Err: err})
-			a.fail(OutcomeStoreError, err)
-			return
-		}
-	case err == nil:
-		end(StageEnd{Record: rec.Status})
-		a.respondToDuplicate(rec)
-		return
-	case !errors.Is(err, ErrRecordNotFound):
-		end(StageEnd{Outcome: OutcomeStoreError, Err: err})
-		a.fail(OutcomeStoreError, err)
-		return
-	}
-	end(StageEnd{})
-
-	// 5. Execute.
 	a.lease = Lease{Scope: a.scope, Key: a.key, Owner: a.m.newOwner()}
-	ctx, exec, stop := a.detach()
-	defer stop()
-	res, err := a.runHandler(ctx, exec)
+	// 5. Execute.
+	res, err := a.runHandler()
 	if err != nil {
 		a.fail(OutcomeStoreError, err)
 		return
 	}
+	defer res.stop()
 
 	// 6. Finalize.
-	ctx, endFinalize := a.m.startStage(ctx, StageFinalize)
-	defer func() { endFinalize(StageEnd{Outcome: a.outcome, KeyHash: a.keyHash}) }()
+	ctx, cancel := a.finalizeContext()
+	defer cancel()
+	ctx, end := a.m.startStage(ctx, StageFinalize)
+	defer func() { end(StageEnd{Outcome: a.outcome, KeyHash: a.keyHash}) }()
 	switch res.verdict(a.m.cfg.IsFinalFunc) {
 	case verdictBroken:
 		_ = res.tx.Rollback()
@@ -77,21 +58,23 @@ func (a *attempt) serveSinglePhase() {
 // commitSinglePhase inserts the DONE record as the transaction's last
 // statement and commits.
 func (a *attempt) commitSinglePhase(ctx context.Context, res *handlerResult) {
+	started := time.Now()
 	snap := a.m.snapshot(res.status, res.header, res.body)
-	lease, err := a.m.store.InsertFinal(ctx, res.tx, a.claimFor(), StatusDone, snap)
+	err := a.m.store.InsertFinal(ctx, res.tx, a.claimFor(), StatusDone, snap)
 	if err != nil {
 		_ = res.tx.Rollback()
 		if errors.Is(err, ErrKeyClaimed) && a.answerWinner(ctx) {
 			return
 		}
+		a.note(Event{Outcome: OutcomeStoreError, Err: err})
 		a.answerReleased(err)
 		return
 	}
 	if err := res.tx.Commit(); err != nil {
-		a.resolveSinglePhaseCommit(ctx, lease, res, snap, err)
+		a.resolveSinglePhaseCommit(ctx, res, snap, err)
 		return
 	}
-	a.m.cacheOwn(a.scope, a.key, a.fingerprint, StatusDone, snap)
+	a.m.cacheOwn(a.scope, a.key, a.fingerprint, StatusDone, snap, started)
 	writeResponse(a.w, snap.StatusCode, res.header, snap.Body)
 	a.done(Event{Outcome: OutcomeCommitted, Status: snap.StatusCode})
 }
@@ -99,11 +82,11 @@ func (a *attempt) commitSinglePhase(ctx context.Context, res *handlerResult) {
 // resolveSinglePhaseCommit: our record on a fresh read means the commit
 // landed; another's means we lost to a duplicate; none means we cannot tell
 // yet (the commit may still land), so the client is asked to retry, and the
-// retry sees the truth.
-func (a *attempt) resolveSinglePhaseCommit(ctx context.Context, lease Lease, res *handlerResult, snap *Snapshot, commitErr error) {
+// retry sees the truth: its own insert waits on ours.
+func (a *attempt) resolveSinglePhaseCommit(ctx context.Context, res *handlerResult, snap *Snapshot, commitErr error) {
 	rec, err := a.lookup(ctx)
 	switch {
-	case err == nil && rec.Owner == lease.Owner:
+	case err == nil && rec.Owner == a.lease.Owner:
 		writeResponse(a.w, snap.StatusCode, res.header, snap.Body)
 		a.done(Event{Outcome: OutcomeCommitted, Status: snap.StatusCode})
 	case err == nil:
@@ -114,10 +97,12 @@ func (a *attempt) resolveSinglePhaseCommit(ctx context.Context, lease Lease, res
 }
 
 // storeRejectionSinglePhase stores a final non-2xx in autocommit, unless a
-// concurrent duplicate already finished the key.
+// record already holds the key (a concurrent winner, or a finished key whose
+// replay missed the cache): then that record is the answer.
 func (a *attempt) storeRejectionSinglePhase(ctx context.Context, res *handlerResult) {
+	started := time.Now()
 	snap := a.m.snapshot(res.status, res.header, res.body)
-	_, err := a.m.store.InsertFinal(ctx, nil, a.claimFor(), StatusFailed, snap)
+	err := a.m.store.InsertFinal(ctx, nil, a.claimFor(), StatusFailed, snap)
 	switch {
 	case errors.Is(err, ErrKeyClaimed):
 		if a.answerWinner(ctx) {
@@ -126,7 +111,7 @@ func (a *attempt) storeRejectionSinglePhase(ctx context.Context, res *handlerRes
 	case err != nil:
 		a.note(Event{Outcome: OutcomeStoreError, Err: err})
 	default:
-		a.m.cacheOwn(a.scope, a.key, a.fingerprint, StatusFailed, snap)
+		a.m.cacheOwn(a.scope, a.key, a.fingerprint, StatusFailed, snap, started)
 	}
 	writeResponse(a.w, snap.StatusCode, res.header, snap.Body)
 	a.done(Event{Outcome: OutcomeRejected, Status: snap.StatusCode})

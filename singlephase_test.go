@@ -2,6 +2,7 @@ package idempotency_test
 
 import (
 	"net/http"
+	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/orderguard/idempotency"
+	"github.com/orderguard/idempotency/examples/orderservice"
 )
 
 // In single-phase mode a concurrent duplicate executes too: its own insert
@@ -41,4 +43,32 @@ func TestSinglePhase_64RequestsOneKey_OneOrderAndEveryoneGetsTheSame201(t *testi
 		require.Equal(t, answers[0].Body, a.Body)
 	}
 	require.Equal(t, 1, b.count(t, "SELECT COUNT(*) FROM coupon WHERE status = 'REDEEMED'"))
+}
+
+// A replay that misses the in-process cache (another instance, or an
+// evicted entry) executes, meets the finished record at commit, rolls back
+// and replays it; a changed request is still refused.
+func TestSinglePhase_ReplayOnAnotherInstance_ExecutesRollsBackAndReplays(t *testing.T) {
+	t.Parallel()
+	b := setup(t, idempotency.Config{Mode: idempotency.ModeSinglePhase}, 0)
+	other, err := orderservice.New(b.db, orderservice.Options{Idempotency: true, Store: idempotency.NewMySQLStore(b.db),
+		Config: idempotency.Config{Mode: idempotency.ModeSinglePhase, ReplayCacheBytes: -1}})
+	require.NoError(t, err)
+	otherSrv := httptest.NewServer(other)
+	t.Cleanup(otherSrv.Close)
+	onOther := &testBundle{db: b.db, srv: otherSrv}
+
+	first := b.do(t, call{user: "7", key: "k", body: createBody(7, 20001, 1, `,"coupon_id":21`)})
+	require.Equal(t, http.StatusCreated, first.Status)
+	for range 2 {
+		again := onOther.do(t, call{user: "7", key: "k", body: createBody(7, 20001, 1, `,"coupon_id":21`)})
+		require.Equal(t, http.StatusCreated, again.Status, again.Body)
+		require.Equal(t, first.Body, again.Body)
+		require.Equal(t, "true", again.Header.Get("Idempotent-Replayed"))
+	}
+	changed := onOther.do(t, call{user: "7", key: "k", body: createBody(7, 20001, 2, "")})
+	require.Equal(t, http.StatusConflict, changed.Status)
+	require.Equal(t, idempotency.ProblemKeyReused, changed.problemType(t))
+	require.Equal(t, 1, b.orders(t))
+	require.Equal(t, 1, b.records(t))
 }

@@ -30,9 +30,11 @@ type Dialect struct {
 	// expires_at, lease_expired (0/1), expired (0/1), the database's now.
 	Lookup string
 
-	// TakeOver re-claims a record whose lease or retention has expired,
-	// matching lease_version and bumping it.
-	// Params: fingerprint, owner, lease µs, retention µs, scope, key, version.
+	// TakeOver re-claims a PROCESSING record whose lease has expired, or a
+	// final record whose retention has passed, matching the owner and
+	// lease_version read and bumping the version.
+	// Params: fingerprint, owner, lease µs, retention µs, scope, key,
+	// previous owner, version.
 	TakeOver string
 
 	// Finish moves a PROCESSING record to a final status, fenced by owner and
@@ -49,14 +51,11 @@ type Dialect struct {
 	// fenced. Params: lease µs, scope, key, owner, version.
 	Extend string
 
-	// InsertFinal inserts a finished record (single-phase mode) with
-	// lease_version 1. Params: scope, key, fingerprint, status, owner,
+	// InsertFinal inserts a finished record (single-phase mode), or
+	// replaces a final record past its retention; it changes no row when a
+	// live record exists. Params: scope, key, fingerprint, status, owner,
 	// response_status, response_headers, response_body, retention µs.
 	InsertFinal string
-
-	// Forget deletes a record past its retention, fenced by version.
-	// Params: scope, key, version.
-	Forget string
 
 	// ExpiredLeases selects PROCESSING records whose lease has expired,
 	// oldest lease first, with the same columns as Lookup preceded by scope
@@ -209,13 +208,13 @@ func scanRecord(row interface{ Scan(...any) error }, rec *Record, leading ...any
 }
 
 // TakeOver implements Store.
-func (s *SQLStore) TakeOver(ctx context.Context, c Claim, version int64) (Lease, error) {
+func (s *SQLStore) TakeOver(ctx context.Context, c Claim, from Lease) (Lease, error) {
 	res, err := s.exec(ctx, s.dialect.TakeOver, c.Fingerprint, c.Owner,
-		c.Lease.Microseconds(), c.Retention.Microseconds(), c.Scope, c.Key, version)
+		c.Lease.Microseconds(), c.Retention.Microseconds(), c.Scope, c.Key, from.Owner, from.Version)
 	if err := s.fenced(res, err, "take over"); err != nil {
 		return Lease{}, err
 	}
-	return Lease{Scope: c.Scope, Key: c.Key, Owner: c.Owner, Version: version + 1}, nil
+	return Lease{Scope: c.Scope, Key: c.Key, Owner: c.Owner, Version: from.Version + 1}, nil
 }
 
 // BeginTx implements Store.
@@ -252,30 +251,27 @@ func (s *SQLStore) Finish(ctx context.Context, l Lease, st Status, snap *Snapsho
 }
 
 // InsertFinal implements Store.
-func (s *SQLStore) InsertFinal(ctx context.Context, tx *sql.Tx, c Claim, st Status, snap *Snapshot) (Lease, error) {
+func (s *SQLStore) InsertFinal(ctx context.Context, tx *sql.Tx, c Claim, st Status, snap *Snapshot) error {
 	args, err := finishArgs(Lease{}, st, snap, c.Retention)
 	if err != nil {
-		return Lease{}, err
+		return err
 	}
 	args = append([]any{c.Scope, c.Key, c.Fingerprint, args[0], c.Owner}, args[1:5]...)
+	var res sql.Result
 	if tx != nil {
-		_, err = tx.ExecContext(ctx, s.dialect.InsertFinal, args...)
+		res, err = tx.ExecContext(ctx, s.dialect.InsertFinal, args...)
 	} else {
-		_, err = s.exec(ctx, s.dialect.InsertFinal, args...)
+		res, err = s.exec(ctx, s.dialect.InsertFinal, args...)
 	}
 	if err != nil {
-		if s.dialect.IsDuplicate(err) {
-			return Lease{}, ErrKeyClaimed
-		}
-		return Lease{}, fmt.Errorf("idempotency: insert final record: %w", err)
+		return fmt.Errorf("idempotency: insert final record: %w", err)
 	}
-	return Lease{Scope: c.Scope, Key: c.Key, Owner: c.Owner, Version: 1}, nil
-}
-
-// Forget implements Store.
-func (s *SQLStore) Forget(ctx context.Context, scope, key string, version int64) error {
-	res, err := s.exec(ctx, s.dialect.Forget, scope, key, version)
-	return s.fenced(res, err, "forget expired record")
+	if n, err := res.RowsAffected(); err != nil {
+		return fmt.Errorf("idempotency: insert final record: %w", err)
+	} else if n == 0 {
+		return ErrKeyClaimed // a live record holds the key
+	}
+	return nil
 }
 
 // Stats is a summary of the record table for operators.
@@ -327,16 +323,39 @@ func (s *SQLStore) Stats(ctx context.Context) (*Stats, error) {
 func (s *SQLStore) PurgeOlderThan(ctx context.Context, age time.Duration, batchSize int) (int64, error) {
 	var total int64
 	for {
-		res, err := s.exec(ctx, s.dialect.PurgeOlderThan, age.Microseconds(), batchSize)
+		n, err := s.purgeOlderThanBatch(ctx, age, batchSize)
+		total += n
 		if err != nil {
 			return total, fmt.Errorf("idempotency: purge older than %v: %w", age, err)
 		}
-		n, err := res.RowsAffected()
-		total += n
-		if err != nil || n < int64(batchSize) {
-			return total, err
+		if n < int64(batchSize) {
+			return total, nil
 		}
 	}
+}
+
+// purgeOlderThanBatch deletes one batch under READ COMMITTED: the statement
+// scans without an index, and at this level InnoDB locks only the rows it
+// deletes, not every row and gap it reads.
+func (s *SQLStore) purgeOlderThanBatch(ctx context.Context, age time.Duration, batchSize int) (int64, error) {
+	opts := &sql.TxOptions{Isolation: sql.LevelReadCommitted}
+	if s.dialect.SingleWriter {
+		opts = nil // SQLite has one isolation level
+	}
+	tx, err := s.db.BeginTx(ctx, opts)
+	if err != nil {
+		return 0, err
+	}
+	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
+	res, err := tx.ExecContext(ctx, s.dialect.PurgeOlderThan, age.Microseconds(), batchSize)
+	if err != nil {
+		return 0, err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, err
+	}
+	return n, tx.Commit()
 }
 
 // Release implements Store.

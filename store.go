@@ -55,6 +55,7 @@ type Record struct {
 
 	// LeaseExpired and Expired are judged by the store's clock at read time,
 	// so the application never compares its own clock with the database's.
+	// Expired (retention passed) is never true of a PROCESSING record.
 	LeaseExpired bool
 	Expired      bool
 
@@ -85,10 +86,12 @@ type Store interface {
 	// Lookup reads the record with a fresh statement outside any transaction.
 	Lookup(ctx context.Context, scope, key string) (*Record, error)
 
-	// TakeOver claims a record read at version whose lease has expired or
-	// whose retention has passed. Exactly one of several racing callers wins;
-	// the others get ErrLeaseLost.
-	TakeOver(ctx context.Context, c Claim, version int64) (Lease, error)
+	// TakeOver claims a record read as held by from (owner and version): a
+	// PROCESSING record whose lease has expired, or a final record whose
+	// retention has passed. A PROCESSING record never expires by retention:
+	// only its lease decides. Exactly one of several racing callers wins; the
+	// others get ErrLeaseLost.
+	TakeOver(ctx context.Context, c Claim, from Lease) (Lease, error)
 
 	// BeginTx starts the transaction in which the business handler runs.
 	BeginTx(ctx context.Context) (*sql.Tx, error)
@@ -111,14 +114,10 @@ type Store interface {
 
 	// InsertFinal inserts a finished record with its snapshot: the
 	// single-phase mode's only write, inside the business transaction tx (or
-	// in autocommit when tx is nil, for a rejection). It returns
-	// ErrKeyClaimed if a record for the scope and key exists.
-	InsertFinal(ctx context.Context, tx *sql.Tx, c Claim, st Status, snap *Snapshot) (Lease, error)
-
-	// Forget deletes a record whose retention has passed, read at version,
-	// so that its key is new again. It returns ErrLeaseLost if the record
-	// changed or is not expired.
-	Forget(ctx context.Context, scope, key string, version int64) error
+	// in autocommit when tx is nil, for a rejection). A final record past its
+	// retention is replaced; if a live record holds the key it returns
+	// ErrKeyClaimed.
+	InsertFinal(ctx context.Context, tx *sql.Tx, c Claim, st Status, snap *Snapshot) error
 
 	// ExpiredLeases returns up to limit PROCESSING records whose lease has
 	// expired, oldest first: the reconciler's work list.

@@ -30,19 +30,20 @@ VALUES (?, ?, ?, 'PROCESSING', ?, 1,
 	Lookup: `SELECT request_fingerprint, status, locked_by, lease_version,
   response_status, response_headers, response_body,
   created_at, updated_at, locked_until, expires_at,
-  locked_until IS NULL OR locked_until <= NOW(6), expires_at <= NOW(6), NOW(6)
+  locked_until IS NULL OR locked_until <= NOW(6),
+  status <> 'PROCESSING' AND expires_at <= NOW(6), NOW(6)
 FROM idempotency_record WHERE scope = ? AND idempotency_key = ?`,
 	// MySQL evaluates single-table SET assignments left to right, so
 	// created_at is computed from the old expires_at before it changes.
 	TakeOver: `UPDATE idempotency_record SET
-  created_at = IF(expires_at <= NOW(6), NOW(6), created_at),
+  created_at = IF(status <> 'PROCESSING', NOW(6), created_at),
   request_fingerprint = ?, status = 'PROCESSING', locked_by = ?,
   lease_version = lease_version + 1,
   locked_until = NOW(6) + INTERVAL ? MICROSECOND,
   response_status = NULL, response_headers = NULL, response_body = NULL,
   updated_at = NOW(6), expires_at = NOW(6) + INTERVAL ? MICROSECOND
-WHERE scope = ? AND idempotency_key = ? AND lease_version = ?
-  AND (expires_at <= NOW(6) OR (status = 'PROCESSING' AND locked_until <= NOW(6)))`,
+WHERE scope = ? AND idempotency_key = ? AND locked_by = ? AND lease_version = ?
+  AND (IF(status = 'PROCESSING', locked_until, expires_at) <= NOW(6))`,
 	Finish: `UPDATE idempotency_record SET
   status = ?, response_status = ?, response_headers = ?, response_body = ?,
   lease_version = lease_version + 1, locked_until = NULL,
@@ -59,17 +60,30 @@ WHERE scope = ? AND idempotency_key = ? AND locked_by = ? AND lease_version = ?
   AND status = 'PROCESSING'`,
 	ExpiredLeases: `SELECT scope, idempotency_key, request_fingerprint, status, locked_by, lease_version,
   response_status, response_headers, response_body,
-  created_at, updated_at, locked_until, expires_at, 1, expires_at <= NOW(6), NOW(6)
+  created_at, updated_at, locked_until, expires_at, 1, 0, NOW(6)
 FROM idempotency_record
 WHERE status = 'PROCESSING' AND locked_until <= NOW(6)
 ORDER BY locked_until LIMIT ?`,
+	// A record past its retention is replaced in place; a live one is left
+	// alone, which the driver reports as 0 rows affected (ODKU counts 1 for
+	// an insert, 2 for a changed row, 0 for an unchanged one). expires_at is
+	// assigned last because every other assignment tests its old value.
 	InsertFinal: `INSERT INTO idempotency_record
   (scope, idempotency_key, request_fingerprint, status, locked_by, lease_version,
    locked_until, response_status, response_headers, response_body,
    created_at, updated_at, expires_at)
-VALUES (?, ?, ?, ?, ?, 1, NULL, ?, ?, ?, NOW(6), NOW(6), NOW(6) + INTERVAL ? MICROSECOND)`,
-	Forget: `DELETE FROM idempotency_record
-WHERE scope = ? AND idempotency_key = ? AND lease_version = ? AND expires_at <= NOW(6)`,
+VALUES (?, ?, ?, ?, ?, 1, NULL, ?, ?, ?, NOW(6), NOW(6), NOW(6) + INTERVAL ? MICROSECOND)
+ON DUPLICATE KEY UPDATE
+  request_fingerprint = IF(status <> 'PROCESSING' AND expires_at <= NOW(6), VALUES(request_fingerprint), request_fingerprint),
+  locked_by = IF(status <> 'PROCESSING' AND expires_at <= NOW(6), VALUES(locked_by), locked_by),
+  lease_version = IF(status <> 'PROCESSING' AND expires_at <= NOW(6), lease_version + 1, lease_version),
+  response_status = IF(status <> 'PROCESSING' AND expires_at <= NOW(6), VALUES(response_status), response_status),
+  response_headers = IF(status <> 'PROCESSING' AND expires_at <= NOW(6), VALUES(response_headers), response_headers),
+  response_body = IF(status <> 'PROCESSING' AND expires_at <= NOW(6), VALUES(response_body), response_body),
+  created_at = IF(status <> 'PROCESSING' AND expires_at <= NOW(6), NOW(6), created_at),
+  updated_at = IF(status <> 'PROCESSING' AND expires_at <= NOW(6), NOW(6), updated_at),
+  status = IF(status <> 'PROCESSING' AND expires_at <= NOW(6), VALUES(status), status),
+  expires_at = IF(status <> 'PROCESSING' AND expires_at <= NOW(6), VALUES(expires_at), expires_at)`,
 	// Ordered by the expiry index so each batch is a short range scan; the
 	// status test keeps PROCESSING records, whose fate the lease decides.
 	Purge: `DELETE FROM idempotency_record
@@ -82,6 +96,9 @@ ORDER BY expires_at LIMIT ?`,
   (SELECT COUNT(*) FROM idempotency_record WHERE expires_at <= NOW(6) AND status IN ('DONE', 'FAILED'))`,
 	TableBytes: `SELECT data_length + index_length FROM information_schema.tables
 WHERE table_schema = DATABASE() AND table_name = 'idempotency_record'`,
+	// There is no index on created_at (every insert would pay for it); the
+	// store runs this operator statement under READ COMMITTED, so the scan
+	// locks only the rows it deletes and claims are not blocked.
 	PurgeOlderThan: `DELETE FROM idempotency_record
 WHERE created_at <= NOW(6) - INTERVAL ? MICROSECOND AND status IN ('DONE', 'FAILED')
 LIMIT ?`,

@@ -44,21 +44,22 @@ VALUES (?, ?, ?, 'PROCESSING', ?, 1,
 	Lookup: `SELECT request_fingerprint, status, locked_by, lease_version,
   response_status, response_headers, response_body,
   created_at, updated_at, locked_until, expires_at,
-  locked_until IS NULL OR locked_until <= ` + now + `, expires_at <= ` + now + `, ` + now + `
+  locked_until IS NULL OR locked_until <= ` + now + `,
+  status <> 'PROCESSING' AND expires_at <= ` + now + `, ` + now + `
 FROM idempotency_record WHERE scope = ? AND idempotency_key = ?`,
 	// SQLite evaluates every SET expression against the old row, so
 	// created_at sees the old expires_at wherever it stands in the list: a
 	// takeover after retention starts a new record's life, one after a lost
 	// lease keeps the original creation time.
 	TakeOver: `UPDATE idempotency_record SET
-  created_at = CASE WHEN expires_at <= ` + now + ` THEN ` + now + ` ELSE created_at END,
+  created_at = CASE WHEN status <> 'PROCESSING' THEN ` + now + ` ELSE created_at END,
   request_fingerprint = ?, status = 'PROCESSING', locked_by = ?,
   lease_version = lease_version + 1,
   locked_until = ` + now + ` + ?,
   response_status = NULL, response_headers = NULL, response_body = NULL,
   updated_at = ` + now + `, expires_at = ` + now + ` + ?
-WHERE scope = ? AND idempotency_key = ? AND lease_version = ?
-  AND (expires_at <= ` + now + ` OR (status = 'PROCESSING' AND locked_until <= ` + now + `))`,
+WHERE scope = ? AND idempotency_key = ? AND locked_by = ? AND lease_version = ?
+  AND (CASE WHEN status = 'PROCESSING' THEN locked_until ELSE expires_at END) <= ` + now + ``,
 	Finish: `UPDATE idempotency_record SET
   status = ?, response_status = ?, response_headers = ?, response_body = ?,
   lease_version = lease_version + 1, locked_until = NULL,
@@ -75,17 +76,24 @@ WHERE scope = ? AND idempotency_key = ? AND locked_by = ? AND lease_version = ?
   AND status = 'PROCESSING'`,
 	ExpiredLeases: `SELECT scope, idempotency_key, request_fingerprint, status, locked_by, lease_version,
   response_status, response_headers, response_body,
-  created_at, updated_at, locked_until, expires_at, 1, expires_at <= ` + now + `, ` + now + `
+  created_at, updated_at, locked_until, expires_at, 1, 0, ` + now + `
 FROM idempotency_record
 WHERE status = 'PROCESSING' AND locked_until <= ` + now + `
 ORDER BY locked_until LIMIT ?`,
+	// A record past its retention is replaced in place; a live one is left
+	// alone (the WHERE makes the upsert a no-op: 0 rows changed).
 	InsertFinal: `INSERT INTO idempotency_record
   (scope, idempotency_key, request_fingerprint, status, locked_by, lease_version,
    locked_until, response_status, response_headers, response_body,
    created_at, updated_at, expires_at)
-VALUES (?, ?, ?, ?, ?, 1, NULL, ?, ?, ?, ` + now + `, ` + now + `, ` + now + ` + ?)`,
-	Forget: `DELETE FROM idempotency_record
-WHERE scope = ? AND idempotency_key = ? AND lease_version = ? AND expires_at <= ` + now,
+VALUES (?, ?, ?, ?, ?, 1, NULL, ?, ?, ?, ` + now + `, ` + now + `, ` + now + ` + ?)
+ON CONFLICT (scope, idempotency_key) DO UPDATE SET
+  request_fingerprint = excluded.request_fingerprint, status = excluded.status,
+  locked_by = excluded.locked_by, lease_version = idempotency_record.lease_version + 1,
+  locked_until = NULL, response_status = excluded.response_status,
+  response_headers = excluded.response_headers, response_body = excluded.response_body,
+  created_at = excluded.created_at, updated_at = excluded.updated_at, expires_at = excluded.expires_at
+WHERE idempotency_record.status <> 'PROCESSING' AND idempotency_record.expires_at <= ` + now,
 	// SQLite builds without DELETE ... LIMIT by default, so a subquery picks
 	// the batch; the table has no rowid, its primary key names the rows. The
 	// unary + keeps the planner off the (status, locked_until) index, which

@@ -212,7 +212,7 @@ func TestTakeOver_CreatedAtRestartsOnlyAfterRetention(t *testing.T) {
 
 	// Lease expired, retention not: the record keeps its creation time.
 	c.Owner, c.Lease = "second", time.Minute
-	lease, err := store.TakeOver(ctx, c, first.Version)
+	lease, err := store.TakeOver(ctx, c, idempotency.Lease{Owner: first.Owner, Version: first.Version})
 	require.NoError(t, err)
 	rec, err := store.Lookup(ctx, "orders", "k")
 	require.NoError(t, err)
@@ -229,7 +229,7 @@ func TestTakeOver_CreatedAtRestartsOnlyAfterRetention(t *testing.T) {
 		return err == nil && rec.Expired
 	}, 5*time.Second, time.Millisecond)
 	c.Owner = "third"
-	_, err = store.TakeOver(ctx, c, finished.Version)
+	_, err = store.TakeOver(ctx, c, finished)
 	require.NoError(t, err)
 	rec, err = store.Lookup(ctx, "orders", "k")
 	require.NoError(t, err)

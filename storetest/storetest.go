@@ -177,7 +177,42 @@ func Exercise(t *testing.T, newStore func(t *testing.T) idempotency.Store) {
 		s := newStore(t)
 		lease, err := s.Claim(ctx, claim("s", "k"))
 		require.NoError(t, err)
-		_, err = s.TakeOver(ctx, claim("s", "k"), lease.Version)
+		_, err = s.TakeOver(ctx, claim("s", "k"), lease)
+		require.ErrorIs(t, err, idempotency.ErrLeaseLost)
+	})
+
+	t.Run("TakeOver_ProcessingPastRetentionWithLiveLease_IsRefused", func(t *testing.T) {
+		// A heartbeating attempt may outlive its record's retention: only its
+		// lease decides when it can be taken over.
+		s := newStore(t)
+		c := claim("s", "k")
+		c.Retention = time.Microsecond
+		lease, err := s.Claim(ctx, c)
+		require.NoError(t, err)
+		time.Sleep(5 * time.Millisecond)
+		rec, err := s.Lookup(ctx, "s", "k")
+		require.NoError(t, err)
+		require.False(t, rec.Expired, "a PROCESSING record never expires by retention")
+		other := claim("s", "k")
+		other.Fingerprint, other.Owner = "fp-other", "owner-other"
+		_, err = s.TakeOver(ctx, other, lease)
+		require.ErrorIs(t, err, idempotency.ErrLeaseLost)
+	})
+
+	t.Run("TakeOver_FencedByOwnerAsWellAsVersion", func(t *testing.T) {
+		// Release then a new claim resets the version to 1: a duplicate that
+		// read the first record must not take over the second.
+		s := newStore(t)
+		c := claim("s", "k")
+		c.Lease = time.Microsecond
+		first, err := s.Claim(ctx, c)
+		require.NoError(t, err)
+		require.NoError(t, s.Release(ctx, first))
+		c.Owner = "owner-second"
+		_, err = s.Claim(ctx, c)
+		require.NoError(t, err)
+		time.Sleep(5 * time.Millisecond)
+		_, err = s.TakeOver(ctx, claim("s", "k"), first)
 		require.ErrorIs(t, err, idempotency.ErrLeaseLost)
 	})
 
@@ -202,7 +237,7 @@ func Exercise(t *testing.T, newStore func(t *testing.T) idempotency.Store) {
 				defer wg.Done()
 				rc := claim("s", "k")
 				rc.Owner = fmt.Sprintf("racer-%d", i)
-				_, err := s.TakeOver(ctx, rc, lease.Version)
+				_, err := s.TakeOver(ctx, rc, lease)
 				mu.Lock()
 				defer mu.Unlock()
 				switch {
@@ -240,7 +275,7 @@ func Exercise(t *testing.T, newStore func(t *testing.T) idempotency.Store) {
 		}, 5*time.Second, time.Millisecond)
 
 		c.Fingerprint, c.Owner = "fp-new", "owner-new"
-		taken, err := s.TakeOver(ctx, c, finished.Version)
+		taken, err := s.TakeOver(ctx, c, finished)
 		require.NoError(t, err)
 		rec, err := s.Lookup(ctx, "s", "k")
 		require.NoError(t, err)
@@ -258,7 +293,7 @@ func Exercise(t *testing.T, newStore func(t *testing.T) idempotency.Store) {
 		require.NoError(t, err)
 		finished, err := s.Finish(ctx, lease, idempotency.StatusDone, snap, time.Hour)
 		require.NoError(t, err)
-		_, err = s.TakeOver(ctx, c, finished.Version)
+		_, err = s.TakeOver(ctx, c, finished)
 		require.ErrorIs(t, err, idempotency.ErrLeaseLost)
 	})
 
@@ -360,9 +395,7 @@ func Exercise(t *testing.T, newStore func(t *testing.T) idempotency.Store) {
 		s := newStore(t)
 		tx, err := s.BeginTx(ctx)
 		require.NoError(t, err)
-		lease, err := s.InsertFinal(ctx, tx, claim("s", "k"), idempotency.StatusDone, snap)
-		require.NoError(t, err)
-		require.EqualValues(t, 1, lease.Version)
+		require.NoError(t, s.InsertFinal(ctx, tx, claim("s", "k"), idempotency.StatusDone, snap))
 		_, err = s.Lookup(ctx, "s", "k")
 		require.ErrorIs(t, err, idempotency.ErrRecordNotFound, "invisible before commit")
 		require.NoError(t, tx.Commit())
@@ -373,30 +406,46 @@ func Exercise(t *testing.T, newStore func(t *testing.T) idempotency.Store) {
 		require.Equal(t, snap, rec.Snapshot)
 		require.InDelta(t, time.Hour.Seconds(), rec.ExpiresAt.Sub(rec.ReadAt).Seconds(), 60)
 
-		_, err = s.InsertFinal(ctx, nil, claim("s", "k"), idempotency.StatusFailed, snap)
+		err = s.InsertFinal(ctx, nil, claim("s", "k"), idempotency.StatusFailed, snap)
 		require.ErrorIs(t, err, idempotency.ErrKeyClaimed)
 		_, err = s.Claim(ctx, claim("s", "k"))
 		require.ErrorIs(t, err, idempotency.ErrKeyClaimed)
 	})
 
-	t.Run("Forget_DeletesOnlyAnExpiredRecordAtItsVersion", func(t *testing.T) {
+	t.Run("InsertFinal_ReplacesOnlyAFinalRecordPastRetention", func(t *testing.T) {
 		s := newStore(t)
 		live := claim("s", "live")
-		_, err := s.InsertFinal(ctx, nil, live, idempotency.StatusDone, snap)
+		err := s.InsertFinal(ctx, nil, live, idempotency.StatusDone, snap)
 		require.NoError(t, err)
-		require.ErrorIs(t, s.Forget(ctx, "s", "live", 1), idempotency.ErrLeaseLost)
+		live.Fingerprint = "fp-changed"
+		err = s.InsertFinal(ctx, nil, live, idempotency.StatusDone, snap)
+		require.ErrorIs(t, err, idempotency.ErrKeyClaimed)
 
 		old := claim("s", "old")
 		old.Retention = time.Microsecond
-		_, err = s.InsertFinal(ctx, nil, old, idempotency.StatusDone, snap)
+		err = s.InsertFinal(ctx, nil, old, idempotency.StatusFailed, snap)
 		require.NoError(t, err)
 		require.Eventually(t, func() bool {
 			rec, err := s.Lookup(ctx, "s", "old")
 			return err == nil && rec.Expired
 		}, 5*time.Second, time.Millisecond)
-		require.ErrorIs(t, s.Forget(ctx, "s", "old", 2), idempotency.ErrLeaseLost)
-		require.NoError(t, s.Forget(ctx, "s", "old", 1))
-		_, err = s.Lookup(ctx, "s", "old")
-		require.ErrorIs(t, err, idempotency.ErrRecordNotFound)
+		renewed := claim("s", "old")
+		renewed.Fingerprint, renewed.Owner = "fp-renewed", "owner-renewed"
+		err = s.InsertFinal(ctx, nil, renewed, idempotency.StatusDone, snap)
+		require.NoError(t, err)
+		rec, err := s.Lookup(ctx, "s", "old")
+		require.NoError(t, err)
+		require.Equal(t, idempotency.StatusDone, rec.Status)
+		require.Equal(t, "fp-renewed", rec.Fingerprint)
+		require.Equal(t, "owner-renewed", rec.Owner)
+		require.False(t, rec.Expired)
+
+		processing := claim("s", "processing")
+		processing.Retention = time.Microsecond
+		_, err = s.Claim(ctx, processing)
+		require.NoError(t, err)
+		time.Sleep(5 * time.Millisecond)
+		err = s.InsertFinal(ctx, nil, claim("s", "processing"), idempotency.StatusDone, snap)
+		require.ErrorIs(t, err, idempotency.ErrKeyClaimed, "a PROCESSING record is never replaced")
 	})
 }

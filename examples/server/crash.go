@@ -59,8 +59,8 @@ func (s crashingStore) Claim(ctx context.Context, c idempotency.Claim) (idempote
 	return l, err
 }
 
-func (s crashingStore) TakeOver(ctx context.Context, c idempotency.Claim, version int64) (idempotency.Lease, error) {
-	l, err := s.Store.TakeOver(ctx, c, version)
+func (s crashingStore) TakeOver(ctx context.Context, c idempotency.Claim, from idempotency.Lease) (idempotency.Lease, error) {
+	l, err := s.Store.TakeOver(ctx, c, from)
 	if err == nil && s.point == crashAfterClaim {
 		die()
 	}
@@ -75,12 +75,12 @@ func (s crashingStore) FinishTx(ctx context.Context, tx *sql.Tx, l idempotency.L
 	return l, err
 }
 
-func (s crashingStore) InsertFinal(ctx context.Context, tx *sql.Tx, c idempotency.Claim, st idempotency.Status, snap *idempotency.Snapshot) (idempotency.Lease, error) {
-	l, err := s.Store.InsertFinal(ctx, tx, c, st, snap)
+func (s crashingStore) InsertFinal(ctx context.Context, tx *sql.Tx, c idempotency.Claim, st idempotency.Status, snap *idempotency.Snapshot) error {
+	err := s.Store.InsertFinal(ctx, tx, c, st, snap)
 	if err == nil && tx != nil && s.point == crashDuringFinalize {
 		die()
 	}
-	return l, err
+	return err
 }
 
 // SingleWriter passes the wrapped store's answer through (see
