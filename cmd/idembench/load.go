@@ -2,12 +2,8 @@ package main
 
 import (
 	"bytes"
-	crand "crypto/rand"
-	"encoding/binary"
-	"encoding/hex"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net/http"
 	"slices"
 	"strconv"
@@ -15,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/orderguard/idempotency/client"
 )
 
 // users is how many principals (X-User-ID, the idempotency scope) the load
@@ -76,39 +74,18 @@ type target struct {
 
 type worker struct {
 	id  int
-	rng *rand.Rand
 	n   int
 	buf bytes.Buffer
 }
 
 func (w *worker) user() int { return w.id%users + 1 }
 
-// newKey is a random UUIDv4-shaped key: 36 characters, which is also what
-// Fiber's idempotency middleware insists on.
-func (w *worker) newKey() string {
-	var b [16]byte
-	binary.LittleEndian.PutUint64(b[:8], w.rng.Uint64())
-	binary.LittleEndian.PutUint64(b[8:], w.rng.Uint64())
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	var s [36]byte
-	hex.Encode(s[0:8], b[0:4])
-	s[8] = '-'
-	hex.Encode(s[9:13], b[4:6])
-	s[13] = '-'
-	hex.Encode(s[14:18], b[6:8])
-	s[18] = '-'
-	hex.Encode(s[19:23], b[8:10])
-	s[23] = '-'
-	hex.Encode(s[24:36], b[10:16])
-	return string(s[:])
-}
+// newKey is a fresh key per request, as a client creates one per intent: a
+// UUIDv4, 36 characters, which is also what Fiber's idempotency middleware
+// expects.
+func (w *worker) newKey() string { return client.NewKey() }
 
-func newWorker(id int) *worker {
-	var seed [32]byte
-	_, _ = crand.Read(seed[:])
-	return &worker{id: id, rng: rand.New(rand.NewChaCha8(seed))}
-}
+func newWorker(id int) *worker { return &worker{id: id} }
 
 // genBaseline: no key (B0).
 func genBaseline(w *worker) request {
