@@ -89,6 +89,25 @@ func (b *testBundle) do(t *testing.T, c call) answer {
 	return answer{Status: resp.StatusCode, Header: resp.Header, Body: string(body)}
 }
 
+// storm sends n copies of c at once and returns every answer.
+func (b *testBundle) storm(t *testing.T, n int, c call) []answer {
+	t.Helper()
+	answers := make([]answer, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			answers[i] = b.do(t, c)
+		}()
+	}
+	close(start)
+	wg.Wait()
+	return answers
+}
+
 func (b *testBundle) count(t *testing.T, query string, args ...any) int {
 	t.Helper()
 	var n int
@@ -201,19 +220,7 @@ func TestConcurrency_64RequestsOneKey_ExactlyOneOrder(t *testing.T) {
 	t.Parallel()
 	b := setup(t, idempotency.Config{}, 50*time.Millisecond)
 	const n = 64
-	answers := make([]answer, n)
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			answers[i] = b.do(t, call{user: "7", key: "storm", body: createBody(7, 20001, 1, "")})
-		}()
-	}
-	close(start)
-	wg.Wait()
+	answers := b.storm(t, n, call{user: "7", key: "storm", body: createBody(7, 20001, 1, "")})
 
 	require.Equal(t, 1, b.orders(t))
 	var created string

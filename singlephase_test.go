@@ -3,7 +3,6 @@ package idempotency_test
 import (
 	"net/http"
 	"net/http/httptest"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,20 +20,7 @@ import (
 func TestSinglePhase_64RequestsOneKey_OneOrderAndEveryoneGetsTheSame201(t *testing.T) {
 	t.Parallel()
 	b := setup(t, idempotency.Config{Mode: idempotency.ModeSinglePhase}, 50*time.Millisecond)
-	const n = 64
-	answers := make([]answer, n)
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			answers[i] = b.do(t, call{user: "7", key: "storm", body: createBody(7, 20001, 1, `,"coupon_id":11`)})
-		}()
-	}
-	close(start)
-	wg.Wait()
+	answers := b.storm(t, 64, call{user: "7", key: "storm", body: createBody(7, 20001, 1, `,"coupon_id":11`)})
 
 	require.Equal(t, 1, b.orders(t))
 	require.Equal(t, 1, b.records(t))
