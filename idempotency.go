@@ -60,7 +60,7 @@ func New(store Store, cfg *Config) (*Middleware, error) {
 // transaction with TxFromContext.
 func (m *Middleware) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		a := &attempt{m: m, w: w, r: r, next: next, start: time.Now()}
+		a := &attempt{m: m, w: w, r: r, next: next, mode: m.cfg.Mode, start: time.Now()}
 		a.ctx, a.endRequest = m.startStage(r.Context(), StageRequest)
 		a.serve()
 	})
@@ -73,6 +73,9 @@ type attempt struct {
 	r    *http.Request
 	next http.Handler
 	ctx  context.Context
+	mode Mode // the route's, unless a single-phase request renews an expired key
+	// renewing: a single-phase request serving an expired key claim-first.
+	renewing bool
 
 	start       time.Time
 	endRequest  func(StageEnd)
@@ -113,10 +116,15 @@ func (a *attempt) serve() {
 		a.respondToDuplicate(rec)
 		return
 	}
-	if a.m.cfg.Mode == ModeSinglePhase {
+	if a.mode == ModeSinglePhase {
 		a.serveSinglePhase() // steps 5 and 6 with the record written last
 		return
 	}
+	a.serveClaimFirst()
+}
+
+// serveClaimFirst is steps 4 to 6 in ModeClaimFirst.
+func (a *attempt) serveClaimFirst() {
 	// 4. Claim.
 	claimed, rec, err := a.claim()
 	switch {
@@ -296,6 +304,20 @@ func (a *attempt) execute() {
 		a.releaseAndAnswer(a.ctx, err)
 		return
 	}
+	if a.renewing && res.verdict(a.m.cfg.IsFinalFunc) == verdictRetry {
+		// A single-phase route renewing an expired key: the requests that
+		// met the old record beside this one rolled back their executions,
+		// and this one may have been the victim of their lock waits. Its
+		// handler only touches the database, so running it once more under
+		// the claim is as safe as single-phase's own re-executions.
+		_ = res.tx.Rollback()
+		res.stop()
+		a.r.Body = io.NopCloser(bytes.NewReader(a.body))
+		if res, err = a.runHandler(); err != nil {
+			a.releaseAndAnswer(a.ctx, err)
+			return
+		}
+	}
 	defer res.stop()
 	a.finalize(res)
 }
@@ -394,7 +416,7 @@ func (a *attempt) runHandler() (*handlerResult, error) {
 	handlerCtx, stopHandler := context.WithCancel(base)
 	exec := &execution{
 		store: a.m.store, lease: a.lease, key: a.key, scope: a.scope, leaseD: a.m.cfg.Lease,
-		singlePhase: a.m.cfg.Mode == ModeSinglePhase,
+		singlePhase: a.mode == ModeSinglePhase,
 		deadline:    time.AfterFunc(handlerBudget(a.m.cfg.Lease), stopHandler),
 	}
 	res := &handlerResult{exec: exec, stop: func() { exec.deadline.Stop(); stopHandler(); stopTx() }}

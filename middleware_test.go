@@ -500,3 +500,44 @@ func TestRetention_ExpiredKey_IsNewAgain(t *testing.T) {
 		require.Equal(t, 1, b.orders(t))
 	})
 }
+
+func TestRetention_ExpiredKey_RenewedByConcurrentRequests_ExecutesExactlyOnce(t *testing.T) {
+	t.Parallel()
+	forEachMode(t, func(t *testing.T, mode idempotency.Mode) {
+		b := setup(t, idempotency.Config{Mode: mode, Lease: time.Second, Retention: time.Second}, 0)
+		first := b.do(t, call{user: "7", key: "k", body: createBody(7, 20001, 1, "")})
+		require.Equal(t, http.StatusCreated, first.Status)
+		require.Eventually(t, func() bool {
+			return b.count(t, "SELECT COUNT(*) FROM idempotency_record WHERE expires_at <= NOW(6)") == 1
+		}, 5*time.Second, 20*time.Millisecond)
+		// The order table forgets too (an archive job), so the renewed key's
+		// execution can succeed: only the record decides.
+		_, err := b.db.Exec("DELETE FROM purchase_order")
+		require.NoError(t, err)
+
+		renewal := call{user: "7", key: "k", body: createBody(7, 20002, 2, "")}
+		answers := b.storm(t, 16, renewal)
+		var created []string
+		for _, got := range answers {
+			switch got.Status {
+			case http.StatusCreated:
+				created = append(created, got.Body)
+				require.JSONEq(t, created[0], got.Body, "every 201 is the one renewed order")
+			case http.StatusConflict:
+				require.Equal(t, idempotency.ProblemInProgress, got.problemType(t))
+			default:
+				t.Fatalf("unexpected answer %d: %s", got.Status, got.Body)
+			}
+		}
+		require.NotEmpty(t, created)
+		require.Equal(t, 1, b.orders(t), "one execution renewed the key")
+		require.Equal(t, 1, b.count(t, "SELECT COUNT(*) FROM purchase_order WHERE sku_id = 20002 AND quantity = 2"))
+		require.Equal(t, 1, b.count(t, "SELECT COUNT(*) FROM idempotency_record WHERE status = 'DONE' AND expires_at > NOW(6)"))
+		require.NotEqual(t, first.Body, created[0])
+
+		replay := b.do(t, renewal)
+		require.Equal(t, http.StatusCreated, replay.Status)
+		require.JSONEq(t, created[0], replay.Body)
+		require.Equal(t, "true", replay.Header.Get("Idempotent-Replayed"))
+	})
+}

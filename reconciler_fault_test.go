@@ -81,8 +81,8 @@ func TestPurgeFaults_DeleteFailing_StopsAndReportsWhatWasDeleted(t *testing.T) {
 	db, mock, err := sqlmock.New(sqlmock.QueryMatcherOption(sqlmock.QueryMatcherRegexp))
 	require.NoError(t, err)
 	t.Cleanup(func() { db.Close() })
-	mock.ExpectExec(`DELETE FROM idempotency_record\s+WHERE expires_at`).WithArgs(2).WillReturnResult(sqlmock.NewResult(0, 2))
-	mock.ExpectExec(`DELETE FROM idempotency_record\s+WHERE expires_at`).WithArgs(2).WillReturnError(errReconcileFault)
+	mock.ExpectExec(`DELETE FROM idempotency_record\s+WHERE status IN \('DONE', 'FAILED'\) AND expires_at`).WithArgs(2).WillReturnResult(sqlmock.NewResult(0, 2))
+	mock.ExpectExec(`DELETE FROM idempotency_record\s+WHERE status IN \('DONE', 'FAILED'\) AND expires_at`).WithArgs(2).WillReturnError(errReconcileFault)
 
 	n, err := idempotency.Purge(context.Background(), idempotency.NewMySQLStore(db), 2, nil)
 	require.ErrorIs(t, err, errReconcileFault)

@@ -1,9 +1,11 @@
 package idempotency
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"time"
 )
@@ -118,11 +120,21 @@ func (a *attempt) storeRejectionSinglePhase(ctx context.Context, res *handlerRes
 }
 
 // answerWinner answers with the key's record if one exists now, and reports
-// whether it did.
+// whether it did. A record past its retention makes the key new again, but
+// single-phase cannot replace it: its INSERT collides with any record. The
+// request is then served again the claim-first way, whose takeover of the
+// old record is fenced, so two requests renewing one key cannot both win.
+// This attempt's execution was rolled back, as a collision's always is.
 func (a *attempt) answerWinner(ctx context.Context) bool {
 	rec, err := a.lookup(ctx)
 	if err != nil {
 		return false
+	}
+	if rec.Expired {
+		a.mode, a.renewing = ModeClaimFirst, true
+		a.r.Body = io.NopCloser(bytes.NewReader(a.body))
+		a.serveClaimFirst()
+		return true
 	}
 	a.note(Event{Outcome: OutcomeCollided})
 	a.respondToDuplicate(rec)

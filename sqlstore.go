@@ -51,9 +51,9 @@ type Dialect struct {
 	// fenced. Params: lease µs, scope, key, owner, version.
 	Extend string
 
-	// InsertFinal inserts a finished record (single-phase mode), or
-	// replaces a final record past its retention; it changes no row when a
-	// live record exists. Params: scope, key, fingerprint, status, owner,
+	// InsertFinal inserts a finished record (single-phase mode); any
+	// record under the key, even one past its retention, makes it fail with
+	// a duplicate-key error. Params: scope, key, fingerprint, status, owner,
 	// response_status, response_headers, response_body, retention µs.
 	InsertFinal string
 
@@ -257,19 +257,16 @@ func (s *SQLStore) InsertFinal(ctx context.Context, tx *sql.Tx, c Claim, st Stat
 		return err
 	}
 	args = append([]any{c.Scope, c.Key, c.Fingerprint, args[0], c.Owner}, args[1:5]...)
-	var res sql.Result
 	if tx != nil {
-		res, err = tx.ExecContext(ctx, s.dialect.InsertFinal, args...)
+		_, err = tx.ExecContext(ctx, s.dialect.InsertFinal, args...)
 	} else {
-		res, err = s.exec(ctx, s.dialect.InsertFinal, args...)
+		_, err = s.exec(ctx, s.dialect.InsertFinal, args...)
+	}
+	if s.dialect.IsDuplicate(err) {
+		return ErrKeyClaimed
 	}
 	if err != nil {
 		return fmt.Errorf("idempotency: insert final record: %w", err)
-	}
-	if n, err := res.RowsAffected(); err != nil {
-		return fmt.Errorf("idempotency: insert final record: %w", err)
-	} else if n == 0 {
-		return ErrKeyClaimed // a live record holds the key
 	}
 	return nil
 }

@@ -114,9 +114,9 @@ type Store interface {
 
 	// InsertFinal inserts a finished record with its snapshot: the
 	// single-phase mode's only write, inside the business transaction tx (or
-	// in autocommit when tx is nil, for a rejection). A final record past its
-	// retention is replaced; if a live record holds the key it returns
-	// ErrKeyClaimed.
+	// in autocommit when tx is nil, for a rejection). If any record holds
+	// the key it returns ErrKeyClaimed, even one past its retention: such a
+	// key is renewed through Claim and TakeOver, which are fenced.
 	InsertFinal(ctx context.Context, tx *sql.Tx, c Claim, st Status, snap *Snapshot) error
 
 	// ExpiredLeases returns up to limit PROCESSING records whose lease has

@@ -64,31 +64,17 @@ WHERE scope = ? AND idempotency_key = ? AND locked_by = ? AND lease_version = ?
 FROM idempotency_record
 WHERE status = 'PROCESSING' AND locked_until <= NOW(6)
 ORDER BY locked_until LIMIT ?`,
-	// A record past its retention is replaced in place; a live one is left
-	// alone, which the driver reports as 0 rows affected (ODKU counts 1 for
-	// an insert, 2 for a changed row, 0 for an unchanged one). expires_at is
-	// assigned last because every other assignment tests its old value.
 	InsertFinal: `INSERT INTO idempotency_record
   (scope, idempotency_key, request_fingerprint, status, locked_by, lease_version,
    locked_until, response_status, response_headers, response_body,
    created_at, updated_at, expires_at)
-VALUES (?, ?, ?, ?, ?, 1, NULL, ?, ?, ?, NOW(6), NOW(6), NOW(6) + INTERVAL ? MICROSECOND)
-ON DUPLICATE KEY UPDATE
-  request_fingerprint = IF(status <> 'PROCESSING' AND expires_at <= NOW(6), VALUES(request_fingerprint), request_fingerprint),
-  locked_by = IF(status <> 'PROCESSING' AND expires_at <= NOW(6), VALUES(locked_by), locked_by),
-  lease_version = IF(status <> 'PROCESSING' AND expires_at <= NOW(6), lease_version + 1, lease_version),
-  response_status = IF(status <> 'PROCESSING' AND expires_at <= NOW(6), VALUES(response_status), response_status),
-  response_headers = IF(status <> 'PROCESSING' AND expires_at <= NOW(6), VALUES(response_headers), response_headers),
-  response_body = IF(status <> 'PROCESSING' AND expires_at <= NOW(6), VALUES(response_body), response_body),
-  created_at = IF(status <> 'PROCESSING' AND expires_at <= NOW(6), NOW(6), created_at),
-  updated_at = IF(status <> 'PROCESSING' AND expires_at <= NOW(6), NOW(6), updated_at),
-  status = IF(status <> 'PROCESSING' AND expires_at <= NOW(6), VALUES(status), status),
-  expires_at = IF(status <> 'PROCESSING' AND expires_at <= NOW(6), VALUES(expires_at), expires_at)`,
-	// Ordered by the expiry index so each batch is a short range scan; the
-	// status test keeps PROCESSING records, whose fate the lease decides.
+VALUES (?, ?, ?, ?, ?, 1, NULL, ?, ?, ?, NOW(6), NOW(6), NOW(6) + INTERVAL ? MICROSECOND)`,
+	// Ordered like the (status, expires_at) index, so each batch is a short
+	// range scan per final status with no sort; PROCESSING records are left
+	// alone, their fate is the lease's.
 	Purge: `DELETE FROM idempotency_record
-WHERE expires_at <= NOW(6) AND status IN ('DONE', 'FAILED')
-ORDER BY expires_at LIMIT ?`,
+WHERE status IN ('DONE', 'FAILED') AND expires_at <= NOW(6)
+ORDER BY status, expires_at LIMIT ?`,
 	CountByStatus: `SELECT status, COUNT(*) FROM idempotency_record GROUP BY status`,
 	Health: `SELECT
   (SELECT TIMESTAMPDIFF(MICROSECOND, MIN(created_at), NOW(6)) FROM idempotency_record WHERE status = 'PROCESSING'),

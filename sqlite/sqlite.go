@@ -80,35 +80,25 @@ WHERE scope = ? AND idempotency_key = ? AND locked_by = ? AND lease_version = ?
 FROM idempotency_record
 WHERE status = 'PROCESSING' AND locked_until <= ` + now + `
 ORDER BY locked_until LIMIT ?`,
-	// A record past its retention is replaced in place; a live one is left
-	// alone (the WHERE makes the upsert a no-op: 0 rows changed).
 	InsertFinal: `INSERT INTO idempotency_record
   (scope, idempotency_key, request_fingerprint, status, locked_by, lease_version,
    locked_until, response_status, response_headers, response_body,
    created_at, updated_at, expires_at)
-VALUES (?, ?, ?, ?, ?, 1, NULL, ?, ?, ?, ` + now + `, ` + now + `, ` + now + ` + ?)
-ON CONFLICT (scope, idempotency_key) DO UPDATE SET
-  request_fingerprint = excluded.request_fingerprint, status = excluded.status,
-  locked_by = excluded.locked_by, lease_version = idempotency_record.lease_version + 1,
-  locked_until = NULL, response_status = excluded.response_status,
-  response_headers = excluded.response_headers, response_body = excluded.response_body,
-  created_at = excluded.created_at, updated_at = excluded.updated_at, expires_at = excluded.expires_at
-WHERE idempotency_record.status <> 'PROCESSING' AND idempotency_record.expires_at <= ` + now,
+VALUES (?, ?, ?, ?, ?, 1, NULL, ?, ?, ?, ` + now + `, ` + now + `, ` + now + ` + ?)`,
 	// SQLite builds without DELETE ... LIMIT by default, so a subquery picks
 	// the batch; the table has no rowid, its primary key names the rows. The
-	// unary + keeps the planner off the (status, locked_until) index, which
-	// would read every final record and sort them, and on the expiry index,
-	// a short range scan already in order.
+	// order is the (status, expires_at) index's, so the batch is a short
+	// range scan per final status with no sort.
 	Purge: `DELETE FROM idempotency_record
 WHERE (scope, idempotency_key) IN (
   SELECT scope, idempotency_key FROM idempotency_record
-  WHERE expires_at <= ` + now + ` AND +status IN ('DONE', 'FAILED')
-  ORDER BY expires_at LIMIT ?)`,
+  WHERE status IN ('DONE', 'FAILED') AND expires_at <= ` + now + `
+  ORDER BY status, expires_at LIMIT ?)`,
 	CountByStatus: `SELECT status, COUNT(*) FROM idempotency_record GROUP BY status`,
 	Health: `SELECT
   (SELECT ` + now + ` - MIN(created_at) FROM idempotency_record WHERE status = 'PROCESSING'),
   (SELECT COUNT(*) FROM idempotency_record WHERE status = 'PROCESSING' AND locked_until <= ` + now + `),
-  (SELECT COUNT(*) FROM idempotency_record WHERE expires_at <= ` + now + ` AND +status IN ('DONE', 'FAILED'))`,
+  (SELECT COUNT(*) FROM idempotency_record WHERE status IN ('DONE', 'FAILED') AND expires_at <= ` + now + `)`,
 	// The whole database file: SQLite keeps no per-table size without the
 	// dbstat extension, and the records dominate this file.
 	TableBytes: `SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()`,

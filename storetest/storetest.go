@@ -412,7 +412,7 @@ func Exercise(t *testing.T, newStore func(t *testing.T) idempotency.Store) {
 		require.ErrorIs(t, err, idempotency.ErrKeyClaimed)
 	})
 
-	t.Run("InsertFinal_ReplacesOnlyAFinalRecordPastRetention", func(t *testing.T) {
+	t.Run("InsertFinal_CollidesWithAnyRecord_EvenOnePastRetention", func(t *testing.T) {
 		s := newStore(t)
 		live := claim("s", "live")
 		err := s.InsertFinal(ctx, nil, live, idempotency.StatusDone, snap)
@@ -432,13 +432,11 @@ func Exercise(t *testing.T, newStore func(t *testing.T) idempotency.Store) {
 		renewed := claim("s", "old")
 		renewed.Fingerprint, renewed.Owner = "fp-renewed", "owner-renewed"
 		err = s.InsertFinal(ctx, nil, renewed, idempotency.StatusDone, snap)
-		require.NoError(t, err)
+		require.ErrorIs(t, err, idempotency.ErrKeyClaimed, "an expired key is renewed by a fenced TakeOver, never by an insert")
 		rec, err := s.Lookup(ctx, "s", "old")
 		require.NoError(t, err)
-		require.Equal(t, idempotency.StatusDone, rec.Status)
-		require.Equal(t, "fp-renewed", rec.Fingerprint)
-		require.Equal(t, "owner-renewed", rec.Owner)
-		require.False(t, rec.Expired)
+		require.Equal(t, idempotency.StatusFailed, rec.Status)
+		require.Equal(t, "fp-old", rec.Fingerprint, "the old record is untouched")
 
 		processing := claim("s", "processing")
 		processing.Retention = time.Microsecond

@@ -89,11 +89,16 @@ func (r *runner) fail(format string, args ...any) {
 
 // measure runs one load point and records it.
 func (r *runner) measure(client *http.Client, probe func() map[string]float64, family, bench, variant string, conc int, records int64, t target) *Point {
+	return r.record(r.sample(client, probe, family, bench, variant, conc, records, t, r.opts.warmup, r.opts.duration))
+}
+
+// sample runs one load window and returns it unrecorded.
+func (r *runner) sample(client *http.Client, probe func() map[string]float64, family, bench, variant string, conc int, records int64, t target, warmup, window time.Duration) *Point {
 	stopProfile := r.startProfile(family, bench+" "+variant, conc, records)
-	s := runLoad(client, t, conc, r.opts.warmup, r.opts.duration, probe)
+	s := runLoad(client, t, conc, warmup, window, probe)
 	stopProfile()
 	p := &Point{
-		Seq: len(r.points) + 1, Family: family, Bench: bench, Variant: variant, Concurrency: conc, Records: records,
+		Family: family, Bench: bench, Variant: variant, Concurrency: conc, Records: records,
 		Requests: s.requests, Errors: s.errors, FirstError: s.firstErr, Seconds: s.window.Seconds(),
 		Statuses: map[string]int{}, Server: s.probe, lat: s.lat,
 	}
@@ -101,18 +106,59 @@ func (r *runner) measure(client *http.Client, probe func() map[string]float64, f
 		p.Statuses[strconv.Itoa(k)] = v
 	}
 	p.RPS = float64(len(s.lat)) / s.window.Seconds()
-	fillLatency(p, s.lat)
+	slices.Sort(p.lat)
+	fillLatency(p, p.lat)
+	return p
+}
+
+// record numbers, prints and keeps a point, and fails the run when too many
+// of its answers failed their check.
+func (r *runner) record(p *Point) *Point {
+	p.Seq = len(r.points) + 1
 	r.points = append(r.points, p)
 	fmt.Fprintf(os.Stderr, "  %-8s %-34s c=%-3d %8.0f req/s  p50 %7.2f ms  p99 %7.2f ms  p99.9 %7.2f ms  err %d\n",
-		family, p.label(), conc, p.RPS, p.P50, p.P99, p.P999, p.Errors)
+		p.Family, p.label(), p.Concurrency, p.RPS, p.P50, p.P99, p.P999, p.Errors)
 	if p.Errors > 0 {
 		fmt.Fprintf(os.Stderr, "    first error: %s\n", p.FirstError)
 	}
 	if p.errorRate() > r.opts.maxErrorRate {
 		r.fail("%s %s c=%d: %d of %d requests failed their check (first: %s)",
-			family, p.label(), conc, p.Errors, p.Requests, p.FirstError)
+			p.Family, p.label(), p.Concurrency, p.Errors, p.Requests, p.FirstError)
 	}
 	return p
+}
+
+// mergePoints joins the slices of one point: requests over the summed
+// windows, percentiles over all latencies, server counters weighted by each
+// slice's requests.
+func mergePoints(ps []*Point) *Point {
+	if len(ps) == 1 {
+		return ps[0]
+	}
+	m := &Point{Family: ps[0].Family, Bench: ps[0].Bench, Variant: ps[0].Variant, Concurrency: ps[0].Concurrency,
+		Records: ps[0].Records, Statuses: map[string]int{}, Server: map[string]float64{}}
+	for _, p := range ps {
+		m.Requests += p.Requests
+		m.Errors += p.Errors
+		m.Seconds += p.Seconds
+		if m.FirstError == "" {
+			m.FirstError = p.FirstError
+		}
+		for k, v := range p.Statuses {
+			m.Statuses[k] += v
+		}
+		m.lat = append(m.lat, p.lat...)
+	}
+	for _, p := range ps {
+		w := float64(len(p.lat)) / float64(max(len(m.lat), 1))
+		for k, v := range p.Server {
+			m.Server[k] += v * w
+		}
+	}
+	m.RPS = float64(len(m.lat)) / m.Seconds
+	slices.Sort(m.lat)
+	fillLatency(m, m.lat)
+	return m
 }
 
 func fillLatency(p *Point, lat []time.Duration) {
@@ -223,30 +269,36 @@ func (r *runner) runMain(ctx context.Context, f *family) error {
 		}
 	}
 	for _, c := range r.opts.concurrency {
-		var seq []*Point
-		b0 := func() { seq = append(seq, r.measure(f.client, f.probe, f.name, "B0", "", c, 0, base)) }
-		b0()
-		for i, m := range r.opts.modes {
-			seq = append(seq, r.measure(f.client, f.probe, f.name, "B1", modeName(m), c, 0, first[m]))
-			if !r.opts.quick || i == len(r.opts.modes)-1 {
-				b0()
-			}
+		for _, m := range r.opts.modes {
+			r.measureAgainst(f.client, f.probe, f.name, c, base, "B1", modeName(m), first[m])
 		}
-		for i, v := range replays {
+		for _, v := range replays {
 			variant := modeName(v.mode) + ", cache " + map[bool]string{true: "on", false: "off"}[v.cache]
-			seq = append(seq, r.measure(f.client, f.probe, f.name, "B2", variant, c, 0, v.t))
-			if (!r.opts.quick && i%2 == 1) || i == len(replays)-1 {
-				b0()
-			}
+			r.measureAgainst(f.client, f.probe, f.name, c, base, "B2", variant, v.t)
 		}
-		setBaselines(seq, func(p *Point) string {
-			if p.Bench == "B0" {
-				return ""
-			}
-			return "B0"
-		})
 	}
 	return nil
+}
+
+// measureAgainst measures a B1 or B2 point and its B0 baseline in
+// alternating slices, B0 first and last (B0 B1 B0 B1 … B0), splitting the
+// window between them: a slow spell of a noisy machine then falls on both
+// sides of the ratio. The slices of each side are merged into one point.
+func (r *runner) measureAgainst(client *http.Client, probe func() map[string]float64, family string, conc int, base target, bench, variant string, t target) {
+	n := max(r.opts.slices, 1)
+	slice := r.opts.duration / time.Duration(n)
+	var b0s, bs []*Point
+	for i := range n {
+		warmup := r.opts.warmup
+		if i > 0 {
+			warmup = min(warmup, 200*time.Millisecond) // connections are warm
+		}
+		b0s = append(b0s, r.sample(client, probe, family, "B0", "", conc, 0, base, warmup, slice))
+		bs = append(bs, r.sample(client, probe, family, bench, variant, conc, 0, t, min(warmup, 200*time.Millisecond), slice))
+	}
+	b0s = append(b0s, r.sample(client, probe, family, "B0", "", conc, 0, base, 200*time.Millisecond, slice))
+	p0, p := r.record(mergePoints(b0s)), r.record(mergePoints(bs))
+	p.Baseline, p.BaselineRPS, p.BaselineP99 = "B0", p0.RPS, p0.P99
 }
 
 // B3Result is one B3 variant: 64 concurrent requests with one key, repeated.

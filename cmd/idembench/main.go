@@ -60,6 +60,7 @@ type options struct {
 	b3Reps       int
 	b3Conc       int
 	poolSize     int
+	slices       int
 	maxErrorRate float64
 	profileDir   string
 	fromJSON     string
@@ -87,6 +88,7 @@ func parseOptions(args []string) (options, error) {
 	fs.IntVar(&o.b4Conc, "b4-concurrency", 16, "concurrency of the B4 points")
 	fs.IntVar(&o.b3Reps, "b3-reps", 0, "B3 repetitions per variant (default 20, -quick 5)")
 	fs.IntVar(&o.b3Conc, "b3-requests", 64, "B3 concurrent requests with one key")
+	fs.IntVar(&o.slices, "slices", 0, "B1 and B2 points alternate with their B0 baseline in this many slices of the window each (default 5, -quick 3; 1 with -cpuprofile)")
 	fs.IntVar(&o.poolSize, "pool", 0, "completed keys replayed round-robin in B2 (default 1000, -quick 256)")
 	fs.StringVar(&o.profileDir, "cpuprofile", "", "directory for a Go CPU profile of each load point (this process: load generator, server, middleware, driver)")
 	fs.StringVar(&o.fromJSON, "from-json", "", "measure nothing: re-render benchmarks.md and benchmarks.png in -out from this benchmarks.json")
@@ -108,6 +110,12 @@ func parseOptions(args []string) (options, error) {
 	}
 	if o.warmup == 0 {
 		o.warmup, _ = time.ParseDuration(pick("1s", "500ms"))
+	}
+	if o.slices == 0 {
+		o.slices, _ = strconv.Atoi(pick("5", "3"))
+	}
+	if o.profileDir != "" {
+		o.slices = 1 // one profile per point
 	}
 	if o.quick && !set["sqlite"] {
 		o.sqlite = false
@@ -295,7 +303,7 @@ func (o options) summary() map[string]any {
 		modes[i] = modeName(m)
 	}
 	return map[string]any{
-		"quick": o.quick, "duration": o.duration.String(), "warmup": o.warmup.String(),
+		"quick": o.quick, "duration": o.duration.String(), "warmup": o.warmup.String(), "slices": o.slices,
 		"concurrency": o.concurrency, "modes": modes, "b4_levels": o.b4Levels, "b4_concurrency": o.b4Conc,
 		"b3_requests": o.b3Conc, "b3_repetitions": o.b3Reps, "replay_pool": o.poolSize,
 		"sqlite": o.sqlite, "fiber": o.fiber, "ceiling": o.ceiling, "b4": o.b4, "gobench": o.gobench, "benchtime": o.benchtime,
