@@ -270,11 +270,11 @@ func (r *runner) runMain(ctx context.Context, f *family) error {
 	}
 	for _, c := range r.opts.concurrency {
 		for _, m := range r.opts.modes {
-			r.measureAgainst(f.client, f.probe, f.name, c, base, "B1", modeName(m), first[m])
+			r.measureAgainst(f.client, f.probe, f.name, c, 0, "B0", base, "B1", modeName(m), first[m])
 		}
 		for _, v := range replays {
 			variant := modeName(v.mode) + ", cache " + map[bool]string{true: "on", false: "off"}[v.cache]
-			r.measureAgainst(f.client, f.probe, f.name, c, base, "B2", variant, v.t)
+			r.measureAgainst(f.client, f.probe, f.name, c, 0, "B0", base, "B2", variant, v.t)
 		}
 	}
 	return nil
@@ -284,7 +284,7 @@ func (r *runner) runMain(ctx context.Context, f *family) error {
 // alternating slices, B0 first and last (B0 B1 B0 B1 … B0), splitting the
 // window between them: a slow spell of a noisy machine then falls on both
 // sides of the ratio. The slices of each side are merged into one point.
-func (r *runner) measureAgainst(client *http.Client, probe func() map[string]float64, family string, conc int, base target, bench, variant string, t target) {
+func (r *runner) measureAgainst(client *http.Client, probe func() map[string]float64, family string, conc int, records int64, baseBench string, base target, bench, variant string, t target) {
 	n := max(r.opts.slices, 1)
 	slice := r.opts.duration / time.Duration(n)
 	var b0s, bs []*Point
@@ -293,12 +293,12 @@ func (r *runner) measureAgainst(client *http.Client, probe func() map[string]flo
 		if i > 0 {
 			warmup = min(warmup, 200*time.Millisecond) // connections are warm
 		}
-		b0s = append(b0s, r.sample(client, probe, family, "B0", "", conc, 0, base, warmup, slice))
-		bs = append(bs, r.sample(client, probe, family, bench, variant, conc, 0, t, min(warmup, 200*time.Millisecond), slice))
+		b0s = append(b0s, r.sample(client, probe, family, baseBench, "", conc, records, base, warmup, slice))
+		bs = append(bs, r.sample(client, probe, family, bench, variant, conc, records, t, min(warmup, 200*time.Millisecond), slice))
 	}
-	b0s = append(b0s, r.sample(client, probe, family, "B0", "", conc, 0, base, 200*time.Millisecond, slice))
+	b0s = append(b0s, r.sample(client, probe, family, baseBench, "", conc, records, base, 200*time.Millisecond, slice))
 	p0, p := r.record(mergePoints(b0s)), r.record(mergePoints(bs))
-	p.Baseline, p.BaselineRPS, p.BaselineP99 = "B0", p0.RPS, p0.P99
+	p.Baseline, p.BaselineRPS, p.BaselineP99 = baseBench, p0.RPS, p0.P99
 }
 
 // B3Result is one B3 variant: 64 concurrent requests with one key, repeated.

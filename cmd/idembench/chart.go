@@ -197,12 +197,18 @@ func (rep *Report) chart(path string) error {
 		right := plot.New()
 		right.Title.Text = "B4: P99 vs existing records (ms)"
 		right.NominalX(lvLabels...)
-		for i, bench := range []string{"B4:B0", "B4:B1", "B4:B2"} {
+		series := []string{"B4:B0"}
+		for _, p := range b4 {
+			if !slices.Contains(series, p.label()) {
+				series = append(series, p.label())
+			}
+		}
+		for i, label := range series {
 			rps := make(plotter.Values, len(levels))
 			p99 := make(plotter.Values, len(levels))
 			n := make([]float64, len(levels))
 			for _, p := range b4 {
-				if p.Bench == bench {
+				if p.label() == label {
 					k := slices.Index(levels, p.Records)
 					rps[k] += p.RPS
 					p99[k] += p.P99
@@ -215,7 +221,10 @@ func (rep *Report) chart(path string) error {
 					p99[k] /= n[k]
 				}
 			}
-			name := map[string]string{"B4:B0": "B0 (no idempotency)", "B4:B1": "B1 (claim-first)", "B4:B2": "B2 (cache off)"}[bench]
+			name := strings.TrimPrefix(label, "B4:")
+			if label == "B4:B0" {
+				name = "B0 (no idempotency)"
+			}
 			for _, side := range []struct {
 				pl   *plot.Plot
 				vals plotter.Values
@@ -226,7 +235,7 @@ func (rep *Report) chart(path string) error {
 				}
 				bars.Color = palette[(i+2)%len(palette)]
 				bars.LineStyle.Width = 0
-				bars.Offset = vg.Length(float64(i)-1) * vg.Points(20)
+				bars.Offset = vg.Length(float64(i)-float64(len(series)-1)/2) * vg.Points(20)
 				side.pl.Add(bars)
 				side.pl.Legend.Add(name, bars)
 			}
