@@ -1,8 +1,11 @@
 package idempotency_test
 
 import (
+	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -57,4 +60,45 @@ func TestSinglePhase_ReplayOnAnotherInstance_ExecutesRollsBackAndReplays(t *test
 	require.Equal(t, idempotency.ProblemKeyReused, changed.problemType(t))
 	require.Equal(t, 1, b.orders(t))
 	require.Equal(t, 1, b.records(t))
+}
+
+// A handler with no unique key of its own: concurrent duplicates all execute
+// to the end, then collide on the record's primary key as their
+// transaction's last statement, wait for the winner's commit, roll back and
+// replay it. Exactly one execution survives.
+func TestSinglePhase_HandlerWithoutItsOwnUniqueKey_CollidesOnTheRecord(t *testing.T) {
+	t.Parallel()
+	db := newMySQL(t)
+	require.NoError(t, idempotency.Migrate(context.Background(), db))
+	_, err := db.Exec("CREATE TABLE ledger (id BIGINT AUTO_INCREMENT PRIMARY KEY, note VARCHAR(64) NOT NULL)")
+	require.NoError(t, err)
+	mw, err := idempotency.New(idempotency.NewMySQLStore(db), &idempotency.Config{Mode: idempotency.ModeSinglePhase})
+	require.NoError(t, err)
+	var executions atomic.Int64
+	srv := httptest.NewServer(mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tx, _ := idempotency.TxFromContext(r.Context())
+		res, err := tx.ExecContext(r.Context(), "INSERT INTO ledger (note) VALUES ('entry')")
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		id, _ := res.LastInsertId()
+		executions.Add(1)
+		time.Sleep(20 * time.Millisecond) // let the duplicates pile up behind us
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, `{"ledger_id":%d}`, id)
+	})))
+	t.Cleanup(srv.Close)
+	b := &testBundle{db: db, srv: srv}
+
+	answers := b.storm(t, 32, call{key: "entry-1", body: `{"amount":5}`})
+
+	require.Greater(t, executions.Load(), int64(1), "the duplicates executed too")
+	require.Equal(t, 1, b.count(t, "SELECT COUNT(*) FROM ledger"), "only the winner's execution committed")
+	require.Equal(t, 1, b.records(t))
+	for _, a := range answers {
+		require.Equal(t, http.StatusCreated, a.Status, a.Body)
+		require.Equal(t, answers[0].Body, a.Body)
+	}
 }

@@ -254,8 +254,8 @@ func (r *runner) runMain(ctx context.Context, f *family) error {
 	var replays []replayVariant
 	for i, m := range r.opts.modes {
 		for _, cache := range []bool{true, false} {
-			if cache && r.opts.quick && i > 0 {
-				continue // quick: the cache is checked before either mode's path
+			if r.opts.quick && i > 0 {
+				continue // quick: B2 in the first mode only
 			}
 			cfg := idempotency.Config{Mode: m}
 			if !cache {
@@ -285,8 +285,13 @@ func (r *runner) runMain(ctx context.Context, f *family) error {
 // window between them: a slow spell of a noisy machine then falls on both
 // sides of the ratio. The slices of each side are merged into one point.
 func (r *runner) measureAgainst(client *http.Client, probe func() map[string]float64, family string, conc int, records int64, baseBench string, base target, bench, variant string, t target) {
-	n := max(r.opts.slices, 1)
-	slice := r.opts.duration / time.Duration(n)
+	r.measureAgainstFor(r.opts.duration, r.opts.slices, client, probe, family, conc, records, baseBench, base, bench, variant, t)
+}
+
+// measureAgainstFor is measureAgainst with its own window and slice count.
+func (r *runner) measureAgainstFor(window time.Duration, slices int, client *http.Client, probe func() map[string]float64, family string, conc int, records int64, baseBench string, base target, bench, variant string, t target) {
+	n := max(slices, 1)
+	slice := window / time.Duration(n)
 	var b0s, bs []*Point
 	for i := range n {
 		warmup := r.opts.warmup

@@ -21,7 +21,7 @@ type LoadTiming struct {
 	Statements int     `json:"statements"`
 	TableMB    float64 `json:"table_mb"` // data+index of idempotency_record after the load
 	// SettleSeconds is the wait after the load for InnoDB's write-back of
-	// the pages it dirtied (below 1% of the buffer pool, at most 3 min).
+	// the pages it dirtied (below 1% of the buffer pool, at most -settle).
 	SettleSeconds float64 `json:"settle_seconds"`
 }
 
@@ -159,8 +159,8 @@ func (r *runner) runB4(ctx context.Context, f *family) error {
 			lt := LoadTiming{From: loaded, To: level, Seconds: time.Since(start).Seconds(), Statements: n}
 			lt.RowsPerSec = float64(level-loaded) / lt.Seconds
 			lt.TableMB = tableMB(ctx, f.db)
+			lt.SettleSeconds = settle(ctx, f.db, r.opts.settleMax).Seconds()
 			r.b4loads = append(r.b4loads, lt)
-			lt.SettleSeconds = settle(ctx, f.db, 3*time.Minute).Seconds()
 			fmt.Fprintf(os.Stderr, "  loaded %d records in %.1f s (%.0f rows/s, %d statements); idempotency_record is %.0f MB; write-back settled in %.1f s\n",
 				level-loaded, lt.Seconds, lt.RowsPerSec, n, lt.TableMB, lt.SettleSeconds)
 			loaded = level
@@ -174,10 +174,16 @@ func (r *runner) runB4(ctx context.Context, f *family) error {
 		if err != nil {
 			return err
 		}
-		for _, m := range r.opts.modes {
-			r.measureAgainst(f.client, f.probe, f.name, c, level, "B4:B0", base, "B4:B1", modeName(m), first[m])
+		// Quick mode (under a minute in all) keeps B4 to the default mode
+		// and half-length windows.
+		modes, window, slices := r.opts.modes, r.opts.duration, r.opts.slices
+		if r.opts.quick {
+			modes, window, slices = modes[:1], window/2, 2
 		}
-		r.measureAgainst(f.client, f.probe, f.name, c, level, "B4:B0", base, "B4:B2", "claim-first, cache off", replay)
+		for _, m := range modes {
+			r.measureAgainstFor(window, slices, f.client, f.probe, f.name, c, level, "B4:B0", base, "B4:B1", modeName(m), first[m])
+		}
+		r.measureAgainstFor(window, slices, f.client, f.probe, f.name, c, level, "B4:B0", base, "B4:B2", "claim-first, cache off", replay)
 	}
 	return nil
 }

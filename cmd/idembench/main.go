@@ -61,6 +61,7 @@ type options struct {
 	b3Conc       int
 	poolSize     int
 	slices       int
+	settleMax    time.Duration
 	maxErrorRate float64
 	profileDir   string
 	fromJSON     string
@@ -72,9 +73,9 @@ func parseOptions(args []string) (options, error) {
 	fs := flag.NewFlagSet("idembench", flag.ContinueOnError)
 	fs.StringVar(&o.mysql, "mysql", "root@tcp(127.0.0.1:3306)/", "MariaDB/MySQL server DSN (go-sql-driver form); a fresh database is created per scenario family and dropped at the end")
 	fs.StringVar(&o.redis, "redis", "127.0.0.1:6379", "Redis address for B5 (Fiber); B5 is skipped with a note if unreachable")
-	fs.DurationVar(&o.duration, "duration", 0, "measurement window per point (default 10s, -quick 2s)")
+	fs.DurationVar(&o.duration, "duration", 0, "measurement window per point (default 10s, -quick 1.5s)")
 	fs.DurationVar(&o.warmup, "warmup", 0, "warm-up per point before the window (default 1s, -quick 0.5s)")
-	fs.BoolVar(&o.quick, "quick", false, "a run under 60 s: concurrency 16 only, fewer B3 repetitions, B4 at 0 and 100k")
+	fs.BoolVar(&o.quick, "quick", false, "a run under a minute: concurrency 16 only, B2 in the first mode only, fewer B3 repetitions, B4 at 0 and 100k in the first mode with half windows")
 	fs.StringVar(&o.out, "out", "docs", "directory for benchmarks.md, benchmarks.json and benchmarks.png")
 	fs.BoolVar(&o.sqlite, "sqlite", true, "include SQLite rows (default on in full mode, off with -quick unless given)")
 	fs.BoolVar(&o.fiber, "fiber", true, "include B5, Fiber v3 + Redis")
@@ -88,6 +89,7 @@ func parseOptions(args []string) (options, error) {
 	fs.IntVar(&o.b4Conc, "b4-concurrency", 16, "concurrency of the B4 points")
 	fs.IntVar(&o.b3Reps, "b3-reps", 0, "B3 repetitions per variant (default 20, -quick 5)")
 	fs.IntVar(&o.b3Conc, "b3-requests", 64, "B3 concurrent requests with one key")
+	fs.DurationVar(&o.settleMax, "settle", 0, "B4: longest wait after a load for InnoDB's write-back (default 3m, -quick 3s)")
 	fs.IntVar(&o.slices, "slices", 0, "B1 and B2 points alternate with their B0 baseline in this many slices of the window each (default 5, -quick 3; 1 with -cpuprofile)")
 	fs.IntVar(&o.poolSize, "pool", 0, "completed keys replayed round-robin in B2 (default 1000, -quick 256)")
 	fs.StringVar(&o.profileDir, "cpuprofile", "", "directory for a Go CPU profile of each load point (this process: load generator, server, middleware, driver)")
@@ -106,10 +108,13 @@ func parseOptions(args []string) (options, error) {
 		return full
 	}
 	if o.duration == 0 {
-		o.duration, _ = time.ParseDuration(pick("10s", "2s"))
+		o.duration, _ = time.ParseDuration(pick("10s", "1500ms"))
 	}
 	if o.warmup == 0 {
 		o.warmup, _ = time.ParseDuration(pick("1s", "500ms"))
+	}
+	if o.settleMax == 0 {
+		o.settleMax, _ = time.ParseDuration(pick("3m", "3s"))
 	}
 	if o.slices == 0 {
 		o.slices, _ = strconv.Atoi(pick("5", "3"))
@@ -303,7 +308,7 @@ func (o options) summary() map[string]any {
 		modes[i] = modeName(m)
 	}
 	return map[string]any{
-		"quick": o.quick, "duration": o.duration.String(), "warmup": o.warmup.String(), "slices": o.slices,
+		"quick": o.quick, "duration": o.duration.String(), "warmup": o.warmup.String(), "slices": o.slices, "settle_max": o.settleMax.String(),
 		"concurrency": o.concurrency, "modes": modes, "b4_levels": o.b4Levels, "b4_concurrency": o.b4Conc,
 		"b3_requests": o.b3Conc, "b3_repetitions": o.b3Reps, "replay_pool": o.poolSize,
 		"sqlite": o.sqlite, "fiber": o.fiber, "ceiling": o.ceiling, "b4": o.b4, "gobench": o.gobench, "benchtime": o.benchtime,

@@ -324,7 +324,8 @@ func (rep *Report) markdown() string {
 		for _, l := range rep.B4Loads {
 			w("| %s → %s | %d | %.1f | %.0f | %d | %.0f MB | %.1f s |\n", humanCount(l.From), humanCount(l.To), l.To-l.From, l.Seconds, l.RowsPerSec, l.Statements, l.TableMB, l.SettleSeconds)
 		}
-		w("\nAfter each load the run waits until InnoDB has written back the pages the load dirtied (below 1%% of the buffer pool dirty, at most 3 min), so the load's write-back does not run under the next points.\n")
+		settleMax, _ := rep.Options["settle_max"].(string)
+		w("\nAfter each load the run waits for InnoDB to write back the pages the load dirtied (until less than 1%% of the buffer pool is dirty, at most %s), so that little of the load's write-back runs under the next points; a wait as long as the limit means the limit ended it.\n", settleMax)
 		w("\nLoader: INSERT … SELECT from a cross join of a ten-row digits CTE, ≤ 500k rows per statement in primary-key order (faster here than LOAD DATA LOCAL INFILE from a generated file: 3.5 s vs 4.0 s for 500k rows, before counting the file's generation).\n\n")
 		rep.table(&b, "mariadb", pts, true)
 	}
