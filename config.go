@@ -22,9 +22,10 @@ const (
 	ModeClaimFirst Mode = iota
 
 	// ModeSinglePhase runs the handler first and inserts the finished record
-	// at the end of the same transaction. No PROCESSING row ever exists, so
-	// a crash leaves nothing behind, and there is one statement less per
-	// request. A concurrent duplicate also executes, then collides on the
+	// at the end of the same transaction. No PROCESSING row exists for a new
+	// key, so a crash leaves nothing behind, and there is one statement less
+	// per request. (Renewing a key whose record is past retention goes the
+	// claim-first way, briefly holding a PROCESSING record under a lease.) A concurrent duplicate also executes, then collides on the
 	// record's primary key (or the order's unique key) at commit, rolls back
 	// and replays the winner. Use it only for handlers whose every effect is
 	// in the transaction.

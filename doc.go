@@ -43,8 +43,8 @@
 //     in-progress (409 with Retry-After), or the conflict.
 //
 // ModeSinglePhase skips the claim and inserts the finished record as the last
-// statement of the business transaction: faster, and nothing is left behind by
-// a crash, for handlers whose every effect is in the database.
+// statement of the business transaction: faster, and a crash leaves nothing
+// behind for a new key, for handlers whose every effect is in the database.
 //
 // Leases are fenced by a version that every change bumps, so an attempt
 // whose lease was taken over can never commit, release or overwrite its

@@ -305,21 +305,45 @@ func (a *attempt) execute() {
 		return
 	}
 	if a.renewing && res.verdict(a.m.cfg.IsFinalFunc) == verdictRetry {
-		// A single-phase route renewing an expired key: the requests that
-		// met the old record beside this one rolled back their executions,
-		// and this one may have been the victim of their lock waits. Its
-		// handler only touches the database, so running it once more under
-		// the claim is as safe as single-phase's own re-executions.
-		_ = res.tx.Rollback()
-		res.stop()
-		a.r.Body = io.NopCloser(bytes.NewReader(a.body))
-		if res, err = a.runHandler(); err != nil {
-			a.releaseAndAnswer(a.ctx, err)
+		if res = a.runAgain(res); res == nil {
 			return
 		}
 	}
 	defer res.stop()
 	a.finalize(res)
+}
+
+// runAgain serves a single-phase route renewing a key (see answerWinner)
+// whose handler failed: the requests that met the old record beside this one
+// rolled back their executions, and this one may have been the victim of
+// their lock waits. Its handler only touches the database, so running it
+// once more under the claim is as safe as single-phase's own re-executions.
+// The lease is extended first (heartbeats may have moved it), so the second
+// run cannot outlive it. It returns nil when the attempt was answered
+// instead.
+func (a *attempt) runAgain(res *handlerResult) *handlerResult {
+	_ = res.tx.Rollback()
+	res.stop()
+	lease, err := a.m.store.Extend(a.ctx, res.exec.currentLease(), a.m.cfg.Lease)
+	if err != nil {
+		ctx, cancel := a.finalizeContext()
+		defer cancel()
+		if errors.Is(err, ErrLeaseLost) {
+			a.answerCurrentOwner(ctx, err)
+			return nil
+		}
+		a.lease = res.exec.currentLease()
+		a.releaseAndAnswer(ctx, err)
+		return nil
+	}
+	a.lease = lease
+	a.r.Body = io.NopCloser(bytes.NewReader(a.body))
+	again, err := a.runHandler()
+	if err != nil {
+		a.releaseAndAnswer(a.ctx, err)
+		return nil
+	}
+	return again
 }
 
 // finalize is step 6, by the handler's verdict. It runs on a context of its

@@ -18,6 +18,16 @@ import (
 // misses the in-process cache: it costs an execution and a rollback instead
 // of a lookup, which is the price of one round trip less for every new key.
 func (a *attempt) serveSinglePhase() {
+	a.executeSinglePhase()
+	if a.renewing {
+		// The key's record outlived its retention or its lease: renew the
+		// key claim-first, after this execution's stages have ended.
+		a.r.Body = io.NopCloser(bytes.NewReader(a.body))
+		a.serveClaimFirst()
+	}
+}
+
+func (a *attempt) executeSinglePhase() {
 	a.lease = Lease{Scope: a.scope, Key: a.key, Owner: a.m.newOwner()}
 	// 5. Execute.
 	res, err := a.runHandler()
@@ -49,7 +59,7 @@ func (a *attempt) serveSinglePhase() {
 		// The handler may have failed because a concurrent duplicate won
 		// (its order's unique key): then the winner's answer is the answer.
 		_ = res.tx.Rollback()
-		if a.answerWinner(ctx) {
+		if a.answerWinner(ctx, false) {
 			return
 		}
 		writeResponse(a.w, res.status, res.header, res.body)
@@ -65,7 +75,7 @@ func (a *attempt) commitSinglePhase(ctx context.Context, res *handlerResult) {
 	err := a.m.store.InsertFinal(ctx, res.tx, a.claimFor(), StatusDone, snap)
 	if err != nil {
 		_ = res.tx.Rollback()
-		if errors.Is(err, ErrKeyClaimed) && a.answerWinner(ctx) {
+		if errors.Is(err, ErrKeyClaimed) && a.answerWinner(ctx, true) {
 			return
 		}
 		a.note(Event{Outcome: OutcomeStoreError, Err: err})
@@ -107,7 +117,7 @@ func (a *attempt) storeRejectionSinglePhase(ctx context.Context, res *handlerRes
 	err := a.m.store.InsertFinal(ctx, nil, a.claimFor(), StatusFailed, snap)
 	switch {
 	case errors.Is(err, ErrKeyClaimed):
-		if a.answerWinner(ctx) {
+		if a.answerWinner(ctx, true) {
 			return
 		}
 	case err != nil:
@@ -120,20 +130,24 @@ func (a *attempt) storeRejectionSinglePhase(ctx context.Context, res *handlerRes
 }
 
 // answerWinner answers with the key's record if one exists now, and reports
-// whether it did. A record past its retention makes the key new again, but
-// single-phase cannot replace it: its INSERT collides with any record. The
-// request is then served again the claim-first way, whose takeover of the
-// old record is fenced, so two requests renewing one key cannot both win.
-// This attempt's execution was rolled back, as a collision's always is.
-func (a *attempt) answerWinner(ctx context.Context) bool {
+// whether it did; collided says our INSERT met a record. A record past its
+// retention makes the key new again, and one whose lease expired (a renewal
+// that died) may be taken over, but single-phase's INSERT collides with any
+// record: then the attempt is marked renewing and answered later by
+// serveSinglePhase, the claim-first way, whose takeover is fenced, so two
+// requests renewing one key cannot both win. So is a record that vanished
+// after we collided with it (purged, or released by a failed renewal). This
+// attempt's execution was rolled back, as a collision's always is.
+func (a *attempt) answerWinner(ctx context.Context, collided bool) bool {
 	rec, err := a.lookup(ctx)
-	if err != nil {
-		return false
-	}
-	if rec.Expired {
+	switch {
+	case collided && errors.Is(err, ErrRecordNotFound):
 		a.mode, a.renewing = ModeClaimFirst, true
-		a.r.Body = io.NopCloser(bytes.NewReader(a.body))
-		a.serveClaimFirst()
+		return true
+	case err != nil:
+		return false
+	case a.mayTakeOver(rec):
+		a.mode, a.renewing = ModeClaimFirst, true
 		return true
 	}
 	a.note(Event{Outcome: OutcomeCollided})

@@ -102,3 +102,27 @@ func TestSinglePhase_HandlerWithoutItsOwnUniqueKey_CollidesOnTheRecord(t *testin
 		require.Equal(t, answers[0].Body, a.Body)
 	}
 }
+
+// A renewal that died leaves a PROCESSING record under an expired lease (and
+// no order: its transaction never committed; the cache is off, as it would
+// be on another instance). The next single-phase request
+// collides with it, takes it over the claim-first way and executes; it is not
+// answered in-progress forever.
+func TestSinglePhase_ExpiredLeaseOfADeadRenewal_IsTakenOverByTheNextRequest(t *testing.T) {
+	t.Parallel()
+	b := setup(t, idempotency.Config{Mode: idempotency.ModeSinglePhase, Lease: time.Second, Retention: time.Hour, ReplayCacheBytes: -1}, 0)
+	create := call{user: "7", key: "k", body: createBody(7, 20001, 1, "")}
+	first := b.do(t, create)
+	require.Equal(t, http.StatusCreated, first.Status)
+	_, err := b.db.Exec(`UPDATE idempotency_record SET status = 'PROCESSING', locked_by = 'dead-renewal',
+		locked_until = NOW(6) - INTERVAL 1 SECOND, response_status = NULL, response_headers = NULL, response_body = NULL`)
+	require.NoError(t, err)
+	_, err = b.db.Exec("DELETE FROM purchase_order")
+	require.NoError(t, err)
+
+	again := b.do(t, create)
+	require.Equal(t, http.StatusCreated, again.Status, again.Body)
+	require.Empty(t, again.Header.Get("Idempotent-Replayed"), "it executed")
+	require.Equal(t, 1, b.orders(t))
+	require.Equal(t, 1, b.count(t, "SELECT COUNT(*) FROM idempotency_record WHERE status = 'DONE' AND locked_by <> 'dead-renewal'"))
+}

@@ -149,10 +149,23 @@ func mergePoints(ps []*Point) *Point {
 		}
 		m.lat = append(m.lat, p.lat...)
 	}
+	// cpu_* are shares of a core over the window: weighted by time. The
+	// rest are per request: weighted by requests. A slice without a value
+	// (no request answered) takes no weight.
+	weight := map[string]float64{}
 	for _, p := range ps {
-		w := float64(len(p.lat)) / float64(max(len(m.lat), 1))
 		for k, v := range p.Server {
+			w := float64(p.Requests)
+			if strings.HasPrefix(k, "cpu_") && !strings.HasSuffix(k, "_per_req") {
+				w = p.Seconds
+			}
 			m.Server[k] += v * w
+			weight[k] += w
+		}
+	}
+	for k, w := range weight {
+		if w > 0 {
+			m.Server[k] /= w
 		}
 	}
 	m.RPS = float64(len(m.lat)) / m.Seconds
@@ -299,7 +312,7 @@ func (r *runner) measureAgainstFor(window time.Duration, slices int, client *htt
 			warmup = min(warmup, 200*time.Millisecond) // connections are warm
 		}
 		b0s = append(b0s, r.sample(client, probe, family, baseBench, "", conc, records, base, warmup, slice))
-		bs = append(bs, r.sample(client, probe, family, bench, variant, conc, records, t, min(warmup, 200*time.Millisecond), slice))
+		bs = append(bs, r.sample(client, probe, family, bench, variant, conc, records, t, warmup, slice))
 	}
 	b0s = append(b0s, r.sample(client, probe, family, baseBench, "", conc, records, base, 200*time.Millisecond, slice))
 	p0, p := r.record(mergePoints(b0s)), r.record(mergePoints(bs))
