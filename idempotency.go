@@ -208,19 +208,25 @@ func (a *attempt) readFingerprint() error {
 		}
 		a.body = body
 	}
-	a.r.Body = io.NopCloser(bytes.NewReader(a.body))
+	a.rewindBody()
 	a.r.ContentLength = int64(len(a.body))
 
 	fp, err := a.m.fingerprint(a.r, a.body)
 	if err != nil {
 		return err
 	}
-	a.r.Body = io.NopCloser(bytes.NewReader(a.body)) // a custom FingerprintFunc may have read it
+	a.rewindBody() // a custom FingerprintFunc may have read it
 	if len(fp) == 0 || len(fp) > 128 {
 		return fmt.Errorf("idempotency: fingerprint must be 1..128 bytes, got %d", len(fp))
 	}
 	a.fingerprint = fp
 	return nil
+}
+
+// rewindBody gives the request the body that was read, from its start, for
+// the fingerprint and for each run of the handler.
+func (a *attempt) rewindBody() {
+	a.r.Body = io.NopCloser(bytes.NewReader(a.body))
 }
 
 // maxClaimRounds bounds how often a request re-reads a key whose record
@@ -337,7 +343,7 @@ func (a *attempt) runAgain(res *handlerResult) *handlerResult {
 		return nil
 	}
 	a.lease = lease
-	a.r.Body = io.NopCloser(bytes.NewReader(a.body))
+	a.rewindBody()
 	again, err := a.runHandler()
 	if err != nil {
 		a.releaseAndAnswer(a.ctx, err)

@@ -480,15 +480,23 @@ VALUES ('P1', '', 1, 1, 1, 1, 0, 1, 'INIT')`)
 	require.Equal(t, 0, b.records(t))
 }
 
+// createThenOutliveRetention creates an order under key "k" on a route with a
+// one-second retention and waits until its record has expired.
+func createThenOutliveRetention(t *testing.T, mode idempotency.Mode) (*testBundle, answer) {
+	t.Helper()
+	b := setup(t, idempotency.Config{Mode: mode, Lease: time.Second, Retention: time.Second}, 0)
+	first := b.do(t, call{user: "7", key: "k", body: createBody(7, 20001, 1, "")})
+	require.Equal(t, http.StatusCreated, first.Status)
+	require.Eventually(t, func() bool {
+		return b.count(t, "SELECT COUNT(*) FROM idempotency_record WHERE expires_at <= NOW(6)") == 1
+	}, 5*time.Second, 20*time.Millisecond)
+	return b, first
+}
+
 func TestRetention_ExpiredKey_IsNewAgain(t *testing.T) {
 	t.Parallel()
 	forEachMode(t, func(t *testing.T, mode idempotency.Mode) {
-		b := setup(t, idempotency.Config{Mode: mode, Lease: time.Second, Retention: time.Second}, 0)
-		first := b.do(t, call{user: "7", key: "k", body: createBody(7, 20001, 1, "")})
-		require.Equal(t, http.StatusCreated, first.Status)
-		require.Eventually(t, func() bool {
-			return b.count(t, "SELECT COUNT(*) FROM idempotency_record WHERE expires_at <= NOW(6)") == 1
-		}, 5*time.Second, 20*time.Millisecond)
+		b, _ := createThenOutliveRetention(t, mode)
 
 		// After retention the key is new: even different parameters execute. The
 		// purchase_order row keeps its own UNIQUE (scope, key), so this second
@@ -504,12 +512,7 @@ func TestRetention_ExpiredKey_IsNewAgain(t *testing.T) {
 func TestRetention_ExpiredKey_RenewedByConcurrentRequests_ExecutesExactlyOnce(t *testing.T) {
 	t.Parallel()
 	forEachMode(t, func(t *testing.T, mode idempotency.Mode) {
-		b := setup(t, idempotency.Config{Mode: mode, Lease: time.Second, Retention: time.Second}, 0)
-		first := b.do(t, call{user: "7", key: "k", body: createBody(7, 20001, 1, "")})
-		require.Equal(t, http.StatusCreated, first.Status)
-		require.Eventually(t, func() bool {
-			return b.count(t, "SELECT COUNT(*) FROM idempotency_record WHERE expires_at <= NOW(6)") == 1
-		}, 5*time.Second, 20*time.Millisecond)
+		b, first := createThenOutliveRetention(t, mode)
 		// The order table forgets too (an archive job), so the renewed key's
 		// execution can succeed: only the record decides.
 		_, err := b.db.Exec("DELETE FROM purchase_order")

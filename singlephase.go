@@ -1,11 +1,9 @@
 package idempotency
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"time"
 )
@@ -22,7 +20,7 @@ func (a *attempt) serveSinglePhase() {
 	if a.renewing {
 		// The key's record outlived its retention or its lease: renew the
 		// key claim-first, after this execution's stages have ended.
-		a.r.Body = io.NopCloser(bytes.NewReader(a.body))
+		a.rewindBody()
 		a.serveClaimFirst()
 	}
 }

@@ -106,8 +106,7 @@ func (r *runner) sample(client *http.Client, probe func() map[string]float64, fa
 		p.Statuses[strconv.Itoa(k)] = v
 	}
 	p.RPS = float64(len(s.lat)) / s.window.Seconds()
-	slices.Sort(p.lat)
-	fillLatency(p, p.lat)
+	fillLatency(p, p.lat) // runLoad sorted them
 	return p
 }
 
