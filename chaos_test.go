@@ -382,7 +382,7 @@ func TestChaos_CommitReplyLost_CommittedOrderIsAnswered201AndRetryReplaysIt(t *t
 	require.Equal(t, 1, e.count(t, "SELECT COUNT(*) FROM coupon WHERE status = 'REDEEMED'"))
 }
 
-func TestChaos_CommitRequestLost_Answers5xxWithNoOrderAndRetryCreatesItOnce(t *testing.T) {
+func TestChaos_CommitRequestLost_Answers503WithNoOrderAndRetryCreatesItOnce(t *testing.T) {
 	t.Parallel()
 	const lease = 2 * time.Second
 	e := newChaosEnv(t, chaosOptions{proxy: true, cfg: idempotency.Config{Lease: lease}})
@@ -404,13 +404,13 @@ func TestChaos_CommitRequestLost_Answers5xxWithNoOrderAndRetryCreatesItOnce(t *t
 	require.Equal(t, 0, e.count(t, "SELECT COUNT(*) FROM coupon WHERE status = 'REDEEMED'"))
 	kind := chaosProblemType(first)
 	switch {
-	case first.Status == http.StatusInternalServerError && kind == idempotency.ProblemExecutionFailed:
+	case first.Status == http.StatusServiceUnavailable && kind == idempotency.ProblemStoreUnavailable:
 		// Resolved: the fenced release deleted the claim, so the key is free.
 		require.Equal(t, 0, e.count(t, "SELECT COUNT(*) FROM idempotency_record WHERE scope = ? AND idempotency_key = ?", fmt.Sprint(user), key))
 	case first.Status == http.StatusServiceUnavailable && kind == idempotency.ProblemCommitUnknown:
 		// Unresolved: the key stays claimed until the lease ends.
 	default:
-		t.Fatalf("an uncommitted order must be answered 500 execution-failed or 503 commit-outcome-unknown, got %d: %s", first.Status, first.Body)
+		t.Fatalf("an uncommitted order must be answered 503 store-unavailable or 503 commit-outcome-unknown, got %d: %s", first.Status, first.Body)
 	}
 	t.Logf("first answer: %d %s", first.Status, kind)
 
@@ -502,7 +502,7 @@ func TestChaos_CommitCutAtAnyMoment_AnswerAlwaysMatchesWhatCommitted(t *testing.
 			case first.Status == http.StatusCreated:
 				require.Equal(t, 1, committed, "%s: 201 for an order that did not commit", name)
 				require.Equal(t, e.orderNoFor(t, user, key), chaosOrderNo(t, first), name)
-			case first.Status == http.StatusInternalServerError && kind == idempotency.ProblemExecutionFailed:
+			case first.Status == http.StatusServiceUnavailable && kind == idempotency.ProblemStoreUnavailable:
 				require.Equal(t, 0, committed, "%s: failure answered for a committed order", name)
 			case first.Status == http.StatusServiceUnavailable && kind == idempotency.ProblemCommitUnknown:
 				// Either may be true; the retry must tell.

@@ -64,9 +64,13 @@ type Config struct {
 
 	// ScopeFunc returns the principal (user, tenant, API client) that owns
 	// the request's key. Records are unique per (scope, key): a request from
-	// another scope never sees, blocks or replays this scope's records. An
-	// error is answered 401 (or as the *Problem it wraps). Defaults to the
-	// empty scope for every request, which is safe for single-tenant services
+	// another scope never sees, blocks or replays this scope's records. The
+	// scope must be the principal's canonical identity, derived from what
+	// authentication established and spelled one way: a raw header that
+	// authentication parses ("7", "+7" and "007" for user 7) would make one
+	// principal several scopes, and one action several orders. An error is
+	// answered 401 (or as the *Problem it wraps). Defaults to the empty
+	// scope for every request, which is safe for single-tenant services
 	// only.
 	ScopeFunc func(*http.Request) (string, error)
 
@@ -97,12 +101,12 @@ type Config struct {
 	Retention time.Duration
 
 	// IsFinalFunc decides which handler statuses are final outcomes that are
-	// stored and replayed; it must be true for every 2xx (New checks). A 2xx
-	// is committed with the business transaction;
-	// a final non-2xx (a business rejection such as 422) rolls the
-	// transaction back and is stored as FAILED; a non-final status rolls back
-	// and releases the key so that a retry executes again. Defaults to
-	// status < 500.
+	// stored and replayed; it must be true for every 2xx and 3xx (New
+	// checks). A 2xx or 3xx is committed with the business transaction (a
+	// 303 points at what the handler wrote); a final 4xx (a business
+	// rejection such as 422) rolls the transaction back and is stored as
+	// FAILED; a non-final status rolls back and releases the key so that a
+	// retry executes again. Defaults to DefaultIsFinal.
 	IsFinalFunc func(status int) bool
 
 	// ConflictStatus answers a key reused with a different fingerprint: 409
@@ -167,7 +171,7 @@ func (c Config) withDefaults() Config {
 		c.Retention = 24 * time.Hour
 	}
 	if c.IsFinalFunc == nil {
-		c.IsFinalFunc = func(status int) bool { return status < 500 }
+		c.IsFinalFunc = DefaultIsFinal
 	}
 	if c.ConflictStatus == 0 {
 		c.ConflictStatus = http.StatusConflict
@@ -196,6 +200,21 @@ var forbiddenReplayHeaders = map[string]bool{
 	"Content-Length": true, "Idempotent-Replayed": true,
 }
 
+// DefaultIsFinal is the default Config.IsFinalFunc: every status below 500
+// is final except 400, 408, 425 and 429. Those say the request was not
+// acted on (it did not parse or validate, or came too early or too often),
+// so, as with a 5xx, nothing is stored and a corrected or later retry with
+// the same key executes. A body whose number 1.0 does not decode into an
+// integer field, for instance, is answered 400 and not replayed to the retry
+// that sends 1, although both share a fingerprint (numbers compare by value).
+func DefaultIsFinal(status int) bool {
+	switch status {
+	case http.StatusBadRequest, http.StatusRequestTimeout, http.StatusTooEarly, http.StatusTooManyRequests:
+		return false
+	}
+	return status < 500
+}
+
 func (c Config) validate() error {
 	switch {
 	case c.MaxKeyLength < 1 || c.MaxKeyLength > 255:
@@ -217,9 +236,9 @@ func (c Config) validate() error {
 	case len(c.InstanceID) > 64:
 		return errors.New("idempotency: InstanceID longer than 64 bytes")
 	}
-	for status := 200; status < 300; status++ {
+	for status := 200; status < 400; status++ {
 		if !c.IsFinalFunc(status) {
-			return fmt.Errorf("idempotency: IsFinalFunc(%d) is false: a 2xx is always final (it commits)", status)
+			return fmt.Errorf("idempotency: IsFinalFunc(%d) is false: a 2xx or 3xx is always final (it commits)", status)
 		}
 	}
 	for _, h := range c.ReplayHeaders {

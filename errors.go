@@ -58,6 +58,11 @@ var (
 	// record could not be re-read: the order may or may not exist. The key
 	// stays claimed until its lease expires, so a retry can never execute twice.
 	ErrCommitUnknown = errors.New("idempotency: commit outcome unknown")
+
+	// ErrHandlerFailed means the wrapped handler itself failed: it panicked,
+	// or its answer was too large to store. It is the only failure answered
+	// 500; everything the infrastructure causes is answered 503.
+	ErrHandlerFailed = errors.New("idempotency: handler failed")
 )
 
 // Problem kinds: the stable last segment of every problem type URI.
@@ -128,7 +133,11 @@ func WriteProblem(w http.ResponseWriter, p *Problem) {
 	_, _ = w.Write(body)
 }
 
-// problemFor maps the middleware's own errors to their HTTP answer.
+// problemFor maps the middleware's own errors to their HTTP answer. Bad
+// input is 4xx; ErrHandlerFailed (and an error this package does not know,
+// such as a custom FingerprintFunc's) is 500; every other failure is of the
+// infrastructure or a lost race and is answered 503 or 409 with Retry-After
+// by the attempt (see attempt.problem).
 func problemFor(err error, conflictStatus int) *Problem {
 	var p *Problem
 	switch {
@@ -150,12 +159,24 @@ func problemFor(err error, conflictStatus int) *Problem {
 			"This key was already used with a different request. Use a new key for a new action.")
 	case errors.Is(err, ErrInProgress):
 		return NewProblem(http.StatusConflict, ProblemInProgress, "Request in progress",
-			"A request with this key is still being processed. Retry with the same key later.")
+			"A request with this key is still being processed. Retry with the same key after Retry-After.")
 	case errors.Is(err, ErrCommitUnknown):
 		return NewProblem(http.StatusServiceUnavailable, ProblemCommitUnknown, "Outcome unknown",
-			"The database connection failed during commit. Retry with the same key: the retry will see the real outcome.")
+			"The database connection failed during commit. Retry with the same key after Retry-After: the retry will see the real outcome.")
+	case errors.Is(err, ErrHandlerFailed):
+		return NewProblem(http.StatusInternalServerError, ProblemExecutionFailed, "Request failed",
+			"The handler failed and was rolled back; nothing was recorded for this key. This is a server bug: a retry with the same key executes again.")
 	default:
 		return NewProblem(http.StatusInternalServerError, ProblemExecutionFailed, "Request failed",
-			"Nothing was recorded for this key. Retry with the same key.")
+			"The request failed; nothing was recorded for this key.")
 	}
+}
+
+// storeUnavailable is the answer to a fault of the infrastructure: the
+// database could not be reached, lost the connection or rolled the
+// transaction back (deadlock, lock wait timeout, snapshot or certification
+// conflict). Nothing of the attempt was recorded.
+func storeUnavailable() *Problem {
+	return NewProblem(http.StatusServiceUnavailable, ProblemStoreUnavailable, "Idempotency store unavailable",
+		"The database failed for a moment and nothing was recorded for this key. Retry with the same key after Retry-After.")
 }

@@ -247,25 +247,35 @@ func (a *attempt) claim() (claimed bool, rec *Record, err error) {
 		Scope: a.scope, Key: a.key, Fingerprint: a.fingerprint,
 		Owner: a.m.newOwner(), Lease: a.m.cfg.Lease, Retention: a.m.cfg.Retention,
 	}
+	got := func(lease Lease) (bool, *Record, error) {
+		a.lease = lease
+		a.note(Event{Outcome: OutcomeClaimed})
+		end(StageEnd{Outcome: OutcomeClaimed, Record: StatusProcessing})
+		return true, nil, nil
+	}
 	for range maxClaimRounds {
-		lease, err := a.m.store.Claim(ctx, c)
-		if err == nil {
-			a.lease = lease
-			a.note(Event{Outcome: OutcomeClaimed})
-			end(StageEnd{Outcome: OutcomeClaimed, Record: StatusProcessing})
-			return true, nil, nil
+		lease, claimErr := a.m.store.Claim(ctx, c)
+		if claimErr == nil {
+			return got(lease)
 		}
-		if !errors.Is(err, ErrKeyClaimed) {
-			end(StageEnd{Outcome: OutcomeStoreError, Err: err})
-			return false, nil, err
+		if !errors.Is(claimErr, ErrKeyClaimed) && !mayHaveLanded(claimErr) {
+			end(StageEnd{Outcome: OutcomeStoreError, Err: claimErr})
+			return false, nil, claimErr
 		}
+		// The key is taken, or the connection failed and our INSERT may
+		// have landed before it did: the record says which.
 		rec, err := a.lookup(ctx)
-		if errors.Is(err, ErrRecordNotFound) {
-			continue // released or purged since our INSERT: claim again
-		}
-		if err != nil {
+		switch {
+		case errors.Is(err, ErrRecordNotFound):
+			continue // released or purged since, or our INSERT never landed: claim again
+		case err != nil && !errors.Is(claimErr, ErrKeyClaimed):
+			err = claimErr
+			fallthrough
+		case err != nil:
 			end(StageEnd{Outcome: OutcomeStoreError, Err: err})
 			return false, nil, err
+		case rec.Status == StatusProcessing && rec.Owner == c.Owner:
+			return got(Lease{Scope: c.Scope, Key: c.Key, Owner: c.Owner, Version: rec.Version})
 		}
 		if !a.mayTakeOver(rec) {
 			end(StageEnd{Record: rec.Status})
@@ -407,7 +417,7 @@ type handlerResult struct {
 type verdict int
 
 const (
-	verdictCommit verdict = iota // 2xx: commit with the snapshot
+	verdictCommit verdict = iota // 2xx or 3xx: commit with the snapshot
 	verdictReject                // final non-2xx: roll back, store the answer
 	verdictRetry                 // non-final: roll back, let a retry execute
 	verdictBroken                // panic or unstorable answer: roll back, 500
@@ -417,8 +427,11 @@ func (h *handlerResult) verdict(isFinal func(int) bool) verdict {
 	switch {
 	case h.panicked != nil || h.overflowed:
 		return verdictBroken
-	case h.status >= 200 && h.status < 300:
-		return verdictCommit // Config.validate ensures IsFinalFunc agrees
+	case h.status >= 200 && h.status < 400:
+		// A 3xx (303 See Other to the new order) points at what the
+		// handler wrote: rolling it back would send the client to
+		// nothing. Config.validate ensures IsFinalFunc agrees.
+		return verdictCommit
 	case !isFinal(h.status):
 		return verdictRetry
 	default:
@@ -428,9 +441,9 @@ func (h *handlerResult) verdict(isFinal func(int) bool) verdict {
 
 func (h *handlerResult) err(limit int) error {
 	if h.panicked != nil {
-		return fmt.Errorf("idempotency: handler panicked: %v", h.panicked)
+		return fmt.Errorf("%w: panicked: %v", ErrHandlerFailed, h.panicked)
 	}
-	return fmt.Errorf("idempotency: response body over MaxSnapshotBytes (%d)", limit)
+	return fmt.Errorf("%w: response body over MaxSnapshotBytes (%d)", ErrHandlerFailed, limit)
 }
 
 // runHandler begins the transaction and calls the handler with it in its
@@ -586,9 +599,17 @@ func (a *attempt) releaseAndPassThrough(ctx context.Context, status int, header 
 
 // releaseAndAnswer ends an attempt that failed after its claim: the key is
 // released (fenced, so a late attempt never deletes its successor's claim)
-// and the client is answered 500. A retry with the same key executes again.
+// and the client is answered 500 if the handler failed, else 503 with
+// Retry-After. A retry with the same key executes again. A release that
+// matches nothing means another attempt owns the key now: the client hears
+// the key's current state.
 func (a *attempt) releaseAndAnswer(ctx context.Context, cause error) {
-	if err := a.m.store.Release(ctx, a.lease); err != nil && !errors.Is(err, ErrLeaseLost) {
+	err := a.m.store.Release(ctx, a.lease)
+	switch {
+	case errors.Is(err, ErrLeaseLost) && !errors.Is(cause, ErrHandlerFailed):
+		a.answerCurrentOwner(ctx, fmt.Errorf("%w; then: %w", cause, err))
+		return
+	case err != nil && !errors.Is(err, ErrLeaseLost):
 		a.note(Event{Outcome: OutcomeStoreError, Err: err})
 		cause = fmt.Errorf("%w; release: %v", cause, err)
 	}
@@ -598,9 +619,24 @@ func (a *attempt) releaseAndAnswer(ctx context.Context, cause error) {
 // answerReleased answers an attempt that was rolled back and released.
 func (a *attempt) answerReleased(cause error) {
 	a.m.log(slog.LevelWarn, "attempt failed; key released", a.keyHash, "err", cause)
-	p := problemFor(cause, a.m.cfg.ConflictStatus)
+	p := a.problem(cause)
 	WriteProblem(a.w, p)
 	a.done(Event{Outcome: OutcomeReleased, Status: p.Status, Err: cause})
+}
+
+// problem is the answer to a failure after the request was accepted. Only
+// the handler's own failure is a 500; any other failure came from the
+// infrastructure or a lost race, nothing of it was recorded, and the client
+// is told when to retry: 503 (or 409 in-progress) with Retry-After.
+func (a *attempt) problem(err error) *Problem {
+	p := problemFor(err, a.m.cfg.ConflictStatus)
+	if p.Kind() == ProblemExecutionFailed && !errors.Is(err, ErrHandlerFailed) {
+		p = storeUnavailable()
+	}
+	if p.Status == http.StatusServiceUnavailable || p.Kind() == ProblemInProgress {
+		p.RetryAfter = max(1, int(math.Ceil(a.m.cfg.RetryAfter.Seconds())))
+	}
+	return p
 }
 
 // answerCurrentOwner answers an attempt that lost its lease: it rolled back,
@@ -635,8 +671,7 @@ func (a *attempt) respondToDuplicate(rec *Record) {
 		end(StageEnd{Outcome: OutcomeReplayed, Record: rec.Status, KeyHash: a.keyHash})
 		a.done(Event{Outcome: OutcomeReplayed, Status: rec.Snapshot.StatusCode, Replayed: rec.Status})
 	default:
-		p := problemFor(ErrInProgress, a.m.cfg.ConflictStatus)
-		p.RetryAfter = int(math.Ceil(a.m.cfg.RetryAfter.Seconds()))
+		p := a.problem(ErrInProgress)
 		WriteProblem(a.w, p)
 		a.done(Event{Outcome: OutcomeInProgress, Status: p.Status})
 	}
@@ -680,13 +715,9 @@ func (a *attempt) reject(err error) {
 	a.done(Event{Outcome: outcome, Status: p.Status})
 }
 
-// fail answers a store failure.
+// fail answers a store failure: 503 with Retry-After.
 func (a *attempt) fail(outcome Outcome, err error) {
-	p := problemFor(err, a.m.cfg.ConflictStatus)
-	if p.Kind() == ProblemExecutionFailed {
-		p = NewProblem(http.StatusServiceUnavailable, ProblemStoreUnavailable, "Idempotency store unavailable",
-			"Nothing was executed for this key. Retry with the same key.")
-	}
+	p := a.problem(err)
 	if outcome == OutcomeStoreError {
 		a.m.log(slog.LevelError, "idempotency store failed", a.keyHash, "err", err)
 	}

@@ -367,6 +367,8 @@ type faultHarness struct {
 
 	mu     sync.Mutex
 	events []idempotency.Event
+
+	mode idempotency.Mode // claim-first unless a spec sets it
 }
 
 func newFaultHarness(t *testing.T) *faultHarness {
@@ -397,6 +399,7 @@ func (h *faultHarness) serve(handler http.HandlerFunc) (*httptest.ResponseRecord
 	h.t.Helper()
 	cfg := &idempotency.Config{
 		Route:      "create_order",
+		Mode:       h.mode,
 		ScopeFunc:  func(*http.Request) (string, error) { return faultScope, nil },
 		InstanceID: faultInstance,
 		Observer: idempotency.ObserverFunc(func(_ context.Context, e idempotency.Event) {
@@ -405,7 +408,11 @@ func (h *faultHarness) serve(handler http.HandlerFunc) (*httptest.ResponseRecord
 			h.mu.Unlock()
 		}),
 	}
-	m, err := idempotency.New(idempotency.NewMySQLStore(h.db), cfg)
+	// The scripted statements are the protocol's: the dialect's one-time
+	// probe of the server (Adapt) is left out and tested on real servers.
+	dialect := idempotency.MySQLDialect
+	dialect.Adapt = nil
+	m, err := idempotency.New(idempotency.NewSQLStore(h.db, dialect), cfg)
 	require.NoError(h.t, err)
 
 	var ran atomic.Bool
@@ -624,18 +631,23 @@ var (
 	faultCreated = faultWant{status: http.StatusCreated, body: faultOrderBody, location: faultOrderLocation,
 		handlerRan: true, outcome: idempotency.OutcomeCommitted}
 	faultStoreUnavailable = faultWant{status: http.StatusServiceUnavailable, problem: idempotency.ProblemStoreUnavailable,
-		outcome: idempotency.OutcomeStoreError}
+		retryAfter: "1", outcome: idempotency.OutcomeStoreError}
 	faultInProgress = faultWant{status: http.StatusConflict, problem: idempotency.ProblemInProgress, retryAfter: "1",
 		outcome: idempotency.OutcomeInProgress}
 	faultKeyReused = faultWant{status: http.StatusConflict, problem: idempotency.ProblemKeyReused,
 		outcome: idempotency.OutcomeConflict}
-	faultReleasedAfterExecuting = faultWant{status: http.StatusInternalServerError, problem: idempotency.ProblemExecutionFailed,
+	// An infrastructure fault after the claim: rolled back, released, and
+	// the client told when to retry.
+	faultReleasedAfterExecuting = faultWant{status: http.StatusServiceUnavailable, problem: idempotency.ProblemStoreUnavailable,
+		retryAfter: "1", handlerRan: true, outcome: idempotency.OutcomeReleased}
+	// The handler's own failure (a panic): the only 500.
+	faultHandlerPanicked = faultWant{status: http.StatusInternalServerError, problem: idempotency.ProblemExecutionFailed,
 		handlerRan: true, outcome: idempotency.OutcomeReleased}
 	faultHandlerFailure = faultWant{status: http.StatusInternalServerError, body: faultDBFailureBody,
 		handlerRan: true, outcome: idempotency.OutcomeReleased}
 	faultRejected = faultWant{status: http.StatusUnprocessableEntity, body: faultRejectedBody,
 		handlerRan: true, outcome: idempotency.OutcomeRejected}
-	faultCommitUnknown = faultWant{status: http.StatusServiceUnavailable, problem: idempotency.ProblemCommitUnknown,
+	faultCommitUnknown = faultWant{status: http.StatusServiceUnavailable, problem: idempotency.ProblemCommitUnknown, retryAfter: "1",
 		handlerRan: true, outcome: idempotency.OutcomeUnknown}
 )
 
@@ -858,12 +870,12 @@ func TestFault_TakeOver_ExpiredLeaseExecutesOnceAndFailuresNeverExecute(t *testi
 // ---------------------------------------------------------------------------
 // 6. BEGIN.
 
-func TestFault_BeginFails_ReleasesTheClaimAndAnswers500(t *testing.T) {
+func TestFault_BeginFails_ReleasesTheClaimAndAnswers503(t *testing.T) {
 	t.Parallel()
 	notRun := faultReleasedAfterExecuting.ran(false)
 	runFaultCases(t, []faultCase{
 		{
-			name: "BEGIN fails: DELETE releases the claim, 500 execution-failed, handler not run",
+			name: "BEGIN fails: DELETE releases the claim, 503 store-unavailable, handler not run",
 			script: func(h *faultHarness) {
 				h.claimed()
 				h.expectBegin().WillReturnError(errFaultStoreDown)
@@ -872,7 +884,7 @@ func TestFault_BeginFails_ReleasesTheClaimAndAnswers500(t *testing.T) {
 			want: notRun,
 		},
 		{
-			name: "BEGIN and the release both fail: still 500, handler not run",
+			name: "BEGIN and the release both fail: still 503, handler not run",
 			script: func(h *faultHarness) {
 				h.claimed()
 				h.expectBegin().WillReturnError(errFaultStoreDown)
@@ -921,7 +933,7 @@ func TestFault_HandlerFails_RollsBackReleasesAndPassesThe500Through(t *testing.T
 				h.rollsBack()
 				h.expectRelease(1).WillReturnResult(faultAffected1)
 			},
-			want: faultReleasedAfterExecuting,
+			want: faultHandlerPanicked,
 		},
 		{
 			name:    "handler panics and the release fails: still 500 execution-failed",
@@ -933,7 +945,7 @@ func TestFault_HandlerFails_RollsBackReleasesAndPassesThe500Through(t *testing.T
 				h.rollsBack()
 				h.expectRelease(1).WillReturnError(errFaultStoreDown)
 			},
-			want: faultReleasedAfterExecuting,
+			want: faultHandlerPanicked,
 		},
 	})
 }
@@ -945,7 +957,7 @@ func TestFault_FinalizeFails_RollsBackReleasesAndNeverAnswers2xx(t *testing.T) {
 	t.Parallel()
 	runFaultCases(t, []faultCase{
 		{
-			name: "finalize UPDATE fails: ROLLBACK, DELETE, 500",
+			name: "finalize UPDATE fails: ROLLBACK, DELETE, 503",
 			script: func(h *faultHarness) {
 				h.claimed()
 				h.begin()
@@ -959,7 +971,7 @@ func TestFault_FinalizeFails_RollsBackReleasesAndNeverAnswers2xx(t *testing.T) {
 		{
 			// InnoDB rolled the whole transaction back: retrying the UPDATE
 			// alone would commit a snapshot without its order.
-			name: "finalize UPDATE deadlocks: not retried inside the transaction; ROLLBACK, DELETE, 500",
+			name: "finalize UPDATE deadlocks: not retried inside the transaction; ROLLBACK, DELETE, 503",
 			script: func(h *faultHarness) {
 				h.claimed()
 				h.begin()
@@ -969,6 +981,40 @@ func TestFault_FinalizeFails_RollsBackReleasesAndNeverAnswers2xx(t *testing.T) {
 				h.expectRelease(1).WillReturnResult(faultAffected1)
 			},
 			want: faultReleasedAfterExecuting,
+		},
+	})
+}
+
+// MariaDB's 1020 (innodb_snapshot_isolation) rolled the whole transaction
+// back. It is not taken for a lost lease on its word: the fenced release
+// says whether the record is still ours.
+func TestFault_FinalizeRecordChanged_IsCheckedAgainstTheRecordBeforeItCountsAsLost(t *testing.T) {
+	t.Parallel()
+	runFaultCases(t, []faultCase{
+		{
+			name: "1020 and the record is still ours: ROLLBACK, DELETE, 503 with Retry-After",
+			script: func(h *faultHarness) {
+				h.claimed()
+				h.begin()
+				h.orderInserted()
+				h.expectFinishDone(1).WillReturnError(errFaultRecordChanged)
+				h.rollsBack()
+				h.expectRelease(1).WillReturnResult(faultAffected1)
+			},
+			want: faultReleasedAfterExecuting,
+		},
+		{
+			name: "1020 and another attempt took the key over: ROLLBACK, DELETE matches nothing, SELECT, 409 in-progress",
+			script: func(h *faultHarness) {
+				h.claimed()
+				h.begin()
+				h.orderInserted()
+				h.expectFinishDone(1).WillReturnError(errFaultRecordChanged)
+				h.rollsBack()
+				h.expectRelease(1).WillReturnResult(faultAffected0)
+				h.lookupFinds(faultProcessing(faultTheirs, 2))
+			},
+			want: faultInProgress.ran(true),
 		},
 	})
 }
@@ -1005,11 +1051,6 @@ func TestFault_FinalizeLeaseLost_RollsBackAndAnswersTheCurrentOwnersState(t *tes
 			want:   faultReplayOf(faultOtherOrderBody, faultOtherLocation).ran(true),
 		},
 		{
-			name:   "MariaDB 1020 record changed is a lost lease: ROLLBACK, SELECT, 409 in-progress",
-			script: leaseLost(errFaultRecordChanged, faultProcessing(faultTheirs, 2)),
-			want:   faultInProgress.ran(true),
-		},
-		{
 			name:   "0 rows and the record is gone: ROLLBACK, 503 (nothing of ours committed)",
 			script: leaseLost(nil, faultRow{}),
 			want:   faultStoreUnavailable.ran(true),
@@ -1032,12 +1073,12 @@ func TestFault_CommitServerError_OrderIsNeverReported2xx(t *testing.T) {
 	}
 	runFaultCases(t, []faultCase{
 		{
-			name:   "1180 during COMMIT, record still ours PROCESSING: DELETE, 500",
+			name:   "1180 during COMMIT, record still ours PROCESSING: DELETE, 503",
 			script: serverError(errFaultCommitFailed),
 			want:   faultReleasedAfterExecuting,
 		},
 		{
-			name:   "deadlock at COMMIT, record still ours PROCESSING: DELETE, 500",
+			name:   "deadlock at COMMIT, record still ours PROCESSING: DELETE, 503",
 			script: serverError(errFaultDeadlock),
 			want:   faultReleasedAfterExecuting,
 		},
@@ -1085,7 +1126,7 @@ func TestFault_CommitConnectionLost_OutcomeFromTheRecord(t *testing.T) {
 	t.Parallel()
 	runFaultCases(t, []faultCase{
 		{
-			name: "re-read shows our PROCESSING and the DELETE removes it: not committed, 500",
+			name: "re-read shows our PROCESSING and the DELETE removes it: not committed, 503",
 			script: func(h *faultHarness) {
 				h.executedUntilCommit()
 				h.expectCommit().WillReturnError(io.ErrUnexpectedEOF)

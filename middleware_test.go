@@ -81,13 +81,16 @@ func (b *testBundle) do(t *testing.T, c call) answer {
 	if c.contentType != "" {
 		req.Header.Set("Content-Type", c.contentType)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := rawClient.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
 	return answer{Status: resp.StatusCode, Header: resp.Header, Body: string(body)}
 }
+
+// rawClient shows the server's own answer: it does not follow redirects.
+var rawClient = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 
 // storm sends n copies of c at once and returns every answer.
 func (b *testBundle) storm(t *testing.T, n int, c call) []answer {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"time"
 )
@@ -16,7 +17,9 @@ import (
 // misses the in-process cache: it costs an execution and a rollback instead
 // of a lookup, which is the price of one round trip less for every new key.
 func (a *attempt) serveSinglePhase() {
-	a.executeSinglePhase()
+	for run := 1; a.executeSinglePhase(run < maxSinglePhaseRuns); run++ {
+		a.rewindBody()
+	}
 	if a.renewing {
 		// The key's record outlived its retention or its lease: renew the
 		// key claim-first, after this execution's stages have ended.
@@ -25,13 +28,26 @@ func (a *attempt) serveSinglePhase() {
 	}
 }
 
-func (a *attempt) executeSinglePhase() {
-	a.lease = Lease{Scope: a.scope, Key: a.key, Owner: a.m.newOwner()}
+// maxSinglePhaseRuns bounds how often one single-phase request executes
+// its handler when the database rolls the execution back (deadlock,
+// certification conflict, snapshot conflict) and no winner holds the key.
+// A single-phase handler only touches the database, so running it again
+// is as safe as a client's retry, and cheaper for the client.
+const maxSinglePhaseRuns = 3
+
+// executeSinglePhase runs the handler once and answers, or reports that the
+// database rolled the run back on a conflict that another run may not meet
+// (again): then nothing was answered. mayRunAgain false answers such a
+// conflict 503 with Retry-After instead.
+func (a *attempt) executeSinglePhase(mayRunAgain bool) (again bool) {
+	if a.lease.Owner == "" { // one owner for every run of this request
+		a.lease = Lease{Scope: a.scope, Key: a.key, Owner: a.m.newOwner()}
+	}
 	// 5. Execute.
 	res, err := a.runHandler()
 	if err != nil {
 		a.fail(OutcomeStoreError, err)
-		return
+		return false
 	}
 	defer res.stop()
 
@@ -49,7 +65,7 @@ func (a *attempt) executeSinglePhase() {
 		}
 		a.answerReleased(res.err(a.m.cfg.MaxSnapshotBytes))
 	case verdictCommit:
-		a.commitSinglePhase(ctx, res)
+		return a.commitSinglePhase(ctx, res, mayRunAgain)
 	case verdictReject:
 		_ = res.tx.Rollback()
 		a.storeRejectionSinglePhase(ctx, res)
@@ -58,42 +74,57 @@ func (a *attempt) executeSinglePhase() {
 		// (its order's unique key): then the winner's answer is the answer.
 		_ = res.tx.Rollback()
 		if a.answerWinner(ctx, false) {
-			return
+			return false
 		}
 		writeResponse(a.w, res.status, res.header, res.body)
 		a.done(Event{Outcome: OutcomeReleased, Status: res.status})
 	}
+	return false
 }
 
 // commitSinglePhase inserts the DONE record as the transaction's last
-// statement and commits.
-func (a *attempt) commitSinglePhase(ctx context.Context, res *handlerResult) {
+// statement and commits. It reports again when the database rolled the
+// transaction back on a conflict and no winner holds the key.
+func (a *attempt) commitSinglePhase(ctx context.Context, res *handlerResult, mayRunAgain bool) (again bool) {
 	started := time.Now()
 	snap := a.m.snapshot(res.status, res.header, res.body)
 	err := a.m.store.InsertFinal(ctx, res.tx, a.claimFor(), StatusDone, snap)
 	if err != nil {
 		_ = res.tx.Rollback()
-		if errors.Is(err, ErrKeyClaimed) && a.answerWinner(ctx, true) {
-			return
+		switch {
+		case errors.Is(err, ErrKeyClaimed):
+			if a.answerWinner(ctx, true) {
+				return false
+			}
+		case IsTransient(err):
+			// A deadlock or a cluster's certification conflict with a
+			// concurrent duplicate: if it won, its record is the answer.
+			return a.afterRollback(ctx, err, mayRunAgain)
 		}
 		a.note(Event{Outcome: OutcomeStoreError, Err: err})
 		a.answerReleased(err)
-		return
+		return false
 	}
 	if err := res.tx.Commit(); err != nil {
-		a.resolveSinglePhaseCommit(ctx, res, snap, err)
-		return
+		return a.resolveSinglePhaseCommit(ctx, res, snap, err, mayRunAgain)
 	}
 	a.m.cacheOwn(a.scope, a.key, a.fingerprint, StatusDone, snap, started)
 	writeResponse(a.w, snap.StatusCode, res.header, snap.Body)
 	a.done(Event{Outcome: OutcomeCommitted, Status: snap.StatusCode})
+	return false
 }
 
-// resolveSinglePhaseCommit: our record on a fresh read means the commit
-// landed; another's means we lost to a duplicate; none means we cannot tell
-// yet (the commit may still land), so the client is asked to retry, and the
+// resolveSinglePhaseCommit decides what a failed COMMIT did. A server that
+// answered with a rollback (a deadlock, a certification conflict at COMMIT)
+// committed nothing: that is afterRollback. A dropped connection leaves the
+// outcome unknown: our record on a fresh read means the commit landed;
+// another's means we lost to a duplicate; none means we cannot tell yet
+// (the commit may still land), so the client is asked to retry, and the
 // retry sees the truth: its own insert waits on ours.
-func (a *attempt) resolveSinglePhaseCommit(ctx context.Context, res *handlerResult, snap *Snapshot, commitErr error) {
+func (a *attempt) resolveSinglePhaseCommit(ctx context.Context, res *handlerResult, snap *Snapshot, commitErr error, mayRunAgain bool) (again bool) {
+	if isRollback(commitErr) {
+		return a.afterRollback(ctx, commitErr, mayRunAgain)
+	}
 	rec, err := a.lookup(ctx)
 	switch {
 	case err == nil && rec.Owner == a.lease.Owner:
@@ -104,6 +135,29 @@ func (a *attempt) resolveSinglePhaseCommit(ctx context.Context, res *handlerResu
 	default:
 		a.fail(OutcomeUnknown, fmt.Errorf("%w: commit: %v; re-read: %v", ErrCommitUnknown, commitErr, err))
 	}
+	return false
+}
+
+// afterRollback answers a single-phase run that the database rolled back on
+// a conflict: with the winner's record when a concurrent duplicate won,
+// else by running again (see maxSinglePhaseRuns), else 503 with
+// Retry-After.
+func (a *attempt) afterRollback(ctx context.Context, cause error, mayRunAgain bool) (again bool) {
+	a.note(Event{Outcome: OutcomeCollided, Err: cause})
+	rec, err := a.lookup(ctx)
+	switch {
+	case err == nil && !a.mayTakeOver(rec):
+		a.respondToDuplicate(rec)
+		return false
+	case (err == nil || errors.Is(err, ErrRecordNotFound)) && mayRunAgain:
+		a.m.log(slog.LevelInfo, "rolled back by the database; running again", a.keyHash, "err", cause)
+		return true
+	case err == nil || errors.Is(err, ErrRecordNotFound):
+		a.answerReleased(cause)
+	default:
+		a.fail(OutcomeStoreError, fmt.Errorf("%w; then: %w", cause, err))
+	}
+	return false
 }
 
 // storeRejectionSinglePhase stores a final non-2xx in autocommit, unless a

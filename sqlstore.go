@@ -9,6 +9,8 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -57,6 +59,20 @@ type Dialect struct {
 	// response_status, response_headers, response_body, retention µs.
 	InsertFinal string
 
+	// FinishInTx and InsertFinalInTx are Finish and InsertFinal as run
+	// inside the business transaction, whose read view may predate changes
+	// to the record (a heartbeat, a concurrent duplicate's commit). Empty
+	// means Finish and InsertFinal. Adapt sets them where the server needs
+	// it (MariaDB's innodb_snapshot_isolation).
+	FinishInTx      string
+	InsertFinalInTx string
+
+	// Adapt, when set, tailors the dialect to the server behind db: it runs
+	// once, before the store's first statement that needs it, and again
+	// later if it failed. The MySQL dialect uses it for MariaDB's snapshot
+	// isolation and for causal reads on a Galera cluster.
+	Adapt func(ctx context.Context, db *sql.DB, d Dialect) (Dialect, error)
+
 	// ExpiredLeases selects PROCESSING records whose lease has expired,
 	// oldest lease first, with the same columns as Lookup preceded by scope
 	// and idempotency_key. Params: limit.
@@ -91,19 +107,32 @@ type Dialect struct {
 
 	// IsDuplicate reports a unique-key violation.
 	IsDuplicate func(error) bool
-	// IsLeaseConflict reports an error that means a concurrent change to the
-	// record (MariaDB 1020 under innodb_snapshot_isolation): treated as a
-	// lost lease.
-	IsLeaseConflict func(error) bool
-	// IsTransient reports an error worth retrying for a single autocommit
-	// statement (deadlock, lock wait timeout, SQLITE_BUSY).
+	// IsTransient reports a server's refusal worth retrying for a single
+	// autocommit statement, which the server rolled back whole (deadlock,
+	// lock wait timeout, a cluster's certification conflict, SQLITE_BUSY).
+	// A lost connection is not retried here: the statement may have taken
+	// effect, and the middleware reads the record to find out.
 	IsTransient func(error) bool
+}
+
+// withStatementDefaults fills the statements that default to others.
+func (d Dialect) withStatementDefaults() Dialect {
+	if d.FinishInTx == "" {
+		d.FinishInTx = d.Finish
+	}
+	if d.InsertFinalInTx == "" {
+		d.InsertFinalInTx = d.InsertFinal
+	}
+	return d
 }
 
 // SQLStore is a Store over database/sql, parameterised by a Dialect.
 type SQLStore struct {
 	db      *sql.DB
-	dialect Dialect
+	dialect Dialect // as given, statement defaults filled
+
+	adaptMu sync.Mutex
+	adapted atomic.Pointer[Dialect] // dialect after Adapt, once it succeeded
 
 	// retries bounds how often a transient error on a single statement is
 	// retried; backoff is jittered between retryBase and 2*retryBase.
@@ -115,7 +144,32 @@ var _ Store = (*SQLStore)(nil)
 
 // NewSQLStore returns a Store that runs d's statements on db.
 func NewSQLStore(db *sql.DB, d Dialect) *SQLStore {
-	return &SQLStore{db: db, dialect: d, retries: 4, retryBase: 5 * time.Millisecond}
+	d = d.withStatementDefaults()
+	s := &SQLStore{db: db, dialect: d, retries: 4, retryBase: 5 * time.Millisecond}
+	if d.Adapt == nil {
+		s.adapted.Store(&d)
+	}
+	return s
+}
+
+// sqlFor returns the dialect adapted to the server, adapting it first if
+// that has not succeeded yet. Until it does, the statements as given serve.
+func (s *SQLStore) sqlFor(ctx context.Context) *Dialect {
+	if d := s.adapted.Load(); d != nil {
+		return d
+	}
+	s.adaptMu.Lock()
+	defer s.adaptMu.Unlock()
+	if d := s.adapted.Load(); d != nil {
+		return d
+	}
+	d, err := s.dialect.Adapt(ctx, s.db, s.dialect)
+	if err != nil {
+		return &s.dialect
+	}
+	d = d.withStatementDefaults()
+	s.adapted.Store(&d)
+	return &d
 }
 
 // SingleWriter reports the dialect's SingleWriter.
@@ -162,7 +216,7 @@ func (s *SQLStore) Claim(ctx context.Context, c Claim) (Lease, error) {
 // Lookup implements Store.
 func (s *SQLStore) Lookup(ctx context.Context, scope, key string) (*Record, error) {
 	rec := &Record{Scope: scope, Key: key}
-	err := scanRecord(s.db.QueryRowContext(ctx, s.dialect.Lookup, scope, key), rec)
+	err := scanRecord(s.db.QueryRowContext(ctx, s.sqlFor(ctx).Lookup, scope, key), rec)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, ErrRecordNotFound
 	}
@@ -228,7 +282,7 @@ func (s *SQLStore) FinishTx(ctx context.Context, tx *sql.Tx, l Lease, st Status,
 	if err != nil {
 		return Lease{}, err
 	}
-	res, err := tx.ExecContext(ctx, s.dialect.Finish, args...)
+	res, err := tx.ExecContext(ctx, s.sqlFor(ctx).FinishInTx, args...)
 	if err := s.fenced(res, err, "finish"); err != nil {
 		return Lease{}, err
 	}
@@ -258,7 +312,7 @@ func (s *SQLStore) InsertFinal(ctx context.Context, tx *sql.Tx, c Claim, st Stat
 	}
 	args = append([]any{c.Scope, c.Key, c.Fingerprint, args[0], c.Owner}, args[1:5]...)
 	if tx != nil {
-		_, err = tx.ExecContext(ctx, s.dialect.InsertFinal, args...)
+		_, err = tx.ExecContext(ctx, s.sqlFor(ctx).InsertFinalInTx, args...)
 	} else {
 		_, err = s.exec(ctx, s.dialect.InsertFinal, args...)
 	}
@@ -404,9 +458,6 @@ func (s *SQLStore) Purge(ctx context.Context, limit int) (int64, error) {
 // the driver's clientFoundRows option.
 func (s *SQLStore) fenced(res sql.Result, err error, op string) error {
 	if err != nil {
-		if s.dialect.IsLeaseConflict(err) {
-			return fmt.Errorf("idempotency: %s: %w (%v)", op, ErrLeaseLost, err)
-		}
 		return fmt.Errorf("idempotency: %s: %w", op, err)
 	}
 	n, err := res.RowsAffected()

@@ -4,18 +4,22 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"strings"
 
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/orderguard/idempotency/migrations"
 )
 
-// MySQL server error numbers the store translates.
+// MySQL server error numbers the store translates. IsTransient lists every
+// number the package treats as a retryable fault, engine by engine.
 const (
-	mysqlErrDupEntry        = 1062
-	mysqlErrLockDeadlock    = 1213
-	mysqlErrLockWaitTimeout = 1205
-	mysqlErrRecordChanged   = 1020 // MariaDB with innodb_snapshot_isolation=ON
+	mysqlErrDupEntry                 = 1062
+	mysqlErrLockDeadlock             = 1213 // also Galera's certification failure
+	mysqlErrLockWaitTimeout          = 1205
+	mysqlErrWsrepNotReady            = 1047 // Galera node outside the primary component
+	mysqlErrGroupReplicationRollback = 3101
+	mysqlErrUnknownSystemVariable    = 1193
 )
 
 // MySQLDialect is the SQL of MySQL 8 and MariaDB 10.6+. It uses only
@@ -88,11 +92,71 @@ WHERE table_schema = DATABASE() AND table_name = 'idempotency_record'`,
 	PurgeOlderThan: `DELETE FROM idempotency_record
 WHERE created_at <= NOW(6) - INTERVAL ? MICROSECOND AND status IN ('DONE', 'FAILED')
 LIMIT ?`,
-	IsDuplicate:     func(err error) bool { return mysqlErrorIs(err, mysqlErrDupEntry) },
-	IsLeaseConflict: func(err error) bool { return mysqlErrorIs(err, mysqlErrRecordChanged) },
+	IsDuplicate: func(err error) bool { return mysqlErrorIs(err, mysqlErrDupEntry) },
+	// A statement in autocommit that the server refused whole: safe to run
+	// again. (1020 cannot happen in autocommit; see Adapt.)
 	IsTransient: func(err error) bool {
-		return mysqlErrorIs(err, mysqlErrLockDeadlock) || mysqlErrorIs(err, mysqlErrLockWaitTimeout)
+		return mysqlErrorIs(err, mysqlErrLockDeadlock) || mysqlErrorIs(err, mysqlErrLockWaitTimeout) ||
+			mysqlErrorIs(err, mysqlErrWsrepNotReady) || mysqlErrorIs(err, mysqlErrGroupReplicationRollback)
 	},
+	Adapt: adaptMySQL,
+}
+
+// adaptMySQL tailors the statements to MariaDB where it differs from MySQL.
+//
+// Snapshot isolation. With innodb_snapshot_isolation ON (the default since
+// MariaDB 11.6.2, a session variable on 10.6.18+/10.11.8+), a REPEATABLE
+// READ transaction that writes a row changed after its read view was made
+// fails with 1020 and is rolled back whole. The business transaction's read
+// view is made by the handler's first read, and the record changes after it
+// by design: a heartbeat (ExtendLease) bumps its lease_version, and in
+// single-phase a concurrent duplicate's committed record is what the INSERT
+// must meet. So the two record statements of the business transaction run
+// with the check off for that statement alone (SET STATEMENT … FOR): they
+// read the latest committed row, which is what fencing by owner and version
+// needs, and the handler's own statements keep the isolation it chose.
+//
+// Galera. A node applies other nodes' write sets asynchronously, so a read
+// right after a duplicate-key error or a certification conflict may not yet
+// see the winner's record. With wsrep_on, Lookup waits for the node to
+// catch up (wsrep_sync_wait=1 for that statement): the reads that must see
+// a committed winner are exactly the lookups.
+func adaptMySQL(ctx context.Context, db *sql.DB, d Dialect) (Dialect, error) {
+	var version string
+	if err := db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&version); err != nil {
+		return d, err
+	}
+	if !strings.Contains(version, "MariaDB") {
+		return d, nil // MySQL has neither SET STATEMENT nor snapshot isolation
+	}
+	snapshotIsolation, err := mysqlVariableExists(ctx, db, "innodb_snapshot_isolation")
+	if err != nil {
+		return d, err
+	}
+	var wsrepOn sql.NullString
+	if err := db.QueryRowContext(ctx, "SELECT @@wsrep_on").Scan(&wsrepOn); err != nil && !mysqlErrorIs(err, mysqlErrUnknownSystemVariable) {
+		return d, err
+	}
+	if snapshotIsolation {
+		const off = "SET STATEMENT innodb_snapshot_isolation=OFF FOR "
+		d.FinishInTx, d.InsertFinalInTx = off+d.Finish, off+d.InsertFinal
+	}
+	if wsrepOn.String == "1" || strings.EqualFold(wsrepOn.String, "ON") {
+		d.Lookup = "SET STATEMENT wsrep_sync_wait=1 FOR " + d.Lookup
+	}
+	return d, nil
+}
+
+func mysqlVariableExists(ctx context.Context, db *sql.DB, name string) (bool, error) {
+	var v sql.NullString
+	err := db.QueryRowContext(ctx, "SELECT @@"+name).Scan(&v)
+	switch {
+	case err == nil:
+		return true, nil
+	case mysqlErrorIs(err, mysqlErrUnknownSystemVariable):
+		return false, nil
+	}
+	return false, err
 }
 
 func mysqlErrorIs(err error, number uint16) bool {

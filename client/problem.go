@@ -22,7 +22,7 @@ const (
 	ProblemScopeRequired    = "scope-required"         // 401
 	ProblemKeyReused        = "key-reused"             // 409 or 422: final, never retry
 	ProblemInProgress       = "in-progress"            // 409: retry with the same key
-	ProblemExecutionFailed  = "execution-failed"       // 500
+	ProblemExecutionFailed  = "execution-failed"       // 500: the handler failed (a bug); final, not retried
 	ProblemStoreUnavailable = "store-unavailable"      // 503: retry with the same key
 	ProblemCommitUnknown    = "commit-outcome-unknown" // 503: retry with the same key
 )

@@ -4,14 +4,43 @@
 // migrations and records each applied version in schema_migrations.
 //
 // Most users call idempotency.Migrate (MySQL) or sqlite.Migrate instead.
+//
+// # Re-running after a crash
+//
+// Apply records a version only after every statement of its migration has
+// run, so a process that dies part-way leaves some statements applied and
+// the version unrecorded, and the next Apply runs that migration again from
+// its first statement. That is safe because each statement either is
+// idempotent by itself (CREATE TABLE IF NOT EXISTS, DROP TABLE IF EXISTS, and
+// on SQLite CREATE INDEX IF NOT EXISTS and DROP INDEX IF EXISTS) or carries a
+// guard, a "-- run if:" comment line before it whose query Apply evaluates on
+// the migrating connection; the statement runs only when the query returns a
+// non-zero number:
+//
+//	-- run if: SELECT COUNT(*) > 0 FROM information_schema.statistics WHERE table_schema = DATABASE() AND table_name = 'idempotency_record' AND index_name = 'idx_idempotency_record_lease'
+//	ALTER TABLE idempotency_record DROP INDEX idx_idempotency_record_lease;
+//
+// MySQL 8 has neither DROP INDEX IF EXISTS nor ADD INDEX IF NOT EXISTS in
+// ALTER TABLE, so a MySQL migration makes one guarded change per statement:
+// then every point a crash can stop at is a state the next run completes.
+// The down migrations follow the same rules, so a revert that stopped
+// part-way can be run again too; this package does not run them itself.
+// Tools that do not know the directive, such as golang-migrate, read it as a
+// comment and run every statement: right on a clean run, without the
+// recovery.
+//
+// On SQLite, whose DDL is transactional, Apply runs in one write transaction,
+// so a crash there leaves nothing half done at all.
 package migrations
 
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"embed"
 	"fmt"
 	"io/fs"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -85,23 +114,44 @@ func cutDirection(name string) (base, direction string, ok bool) {
 }
 
 // Apply runs every migration of dialect not yet recorded in
-// schema_migrations, in version order. It is safe to call on every start and
-// from several processes at once: on MySQL it holds a named lock while it
-// works, and every statement is idempotent (IF NOT EXISTS).
+// schema_migrations, in version order, and records each version once all its
+// statements have run. It is safe to call on every start, from several
+// processes at once, and again after a run that stopped at any point (see
+// the package doc). On MySQL it holds a named lock while it works, waiting up
+// to 30s for another migrator, and skips each guarded statement whose effect
+// is already there. On SQLite it runs in one write transaction, so another
+// migrator waits for it up to the connection's busy_timeout, and a failure
+// or crash rolls the whole run back; SQLite migrations must therefore not
+// need to run outside a transaction (VACUUM, PRAGMA foreign_keys).
 func Apply(ctx context.Context, db *sql.DB, dialect string) error {
+	return apply(ctx, db, dialect, math.MaxInt)
+}
+
+// apply is Apply stopping after version target.
+func apply(ctx context.Context, db *sql.DB, dialect string, target int) (err error) {
 	list, err := List(dialect)
 	if err != nil {
 		return err
 	}
-	// One connection for the whole run, so a MySQL named lock is held by the
-	// session that does the work.
+	// Parse every script first: a misplaced guard must fail before anything
+	// runs, not once the migrations before it are applied.
+	steps := make(map[int][]Step, len(list))
+	for _, m := range list {
+		if steps[m.Version], err = Steps(m.Up); err != nil {
+			return fmt.Errorf("migrations: %s/%03d_%s.up.sql: %w", dialect, m.Version, m.Name, err)
+		}
+	}
+	// One connection for the whole run, so the MySQL named lock and the
+	// SQLite transaction belong to the session that does the work, and a
+	// guard sees the schema the statements before it left.
 	conn, err := db.Conn(ctx)
 	if err != nil {
 		return fmt.Errorf("migrations: connect: %w", err)
 	}
 	defer conn.Close()
 
-	if dialect == "mysql" {
+	switch dialect {
+	case "mysql":
 		var got sql.NullInt64
 		if err := conn.QueryRowContext(ctx, "SELECT GET_LOCK('orderguard_idempotency_migrate', 30)").Scan(&got); err != nil {
 			return fmt.Errorf("migrations: lock: %w", err)
@@ -110,6 +160,29 @@ func Apply(ctx context.Context, db *sql.DB, dialect string) error {
 			return fmt.Errorf("migrations: another process holds the migration lock for over 30s")
 		}
 		defer conn.ExecContext(context.WithoutCancel(ctx), "SELECT RELEASE_LOCK('orderguard_idempotency_migrate')") //nolint:errcheck
+	case "sqlite":
+		// SQLite has no named lock. IMMEDIATE takes the write lock at BEGIN,
+		// so a second migrator waits here rather than reading a
+		// schema_migrations that the first is about to change, and the
+		// statements and version rows commit together or not at all. The
+		// transaction is begun in SQL because database/sql's BeginTx cannot
+		// ask for IMMEDIATE.
+		if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+			return fmt.Errorf("migrations: lock: %w", err)
+		}
+		defer func() {
+			if err == nil {
+				if _, err = conn.ExecContext(ctx, "COMMIT"); err == nil {
+					return
+				}
+				err = fmt.Errorf("migrations: commit: %w", err)
+			}
+			if _, rbErr := conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK"); rbErr != nil {
+				// The session may still be inside the transaction: keep it
+				// out of the pool.
+				conn.Raw(func(any) error { return driver.ErrBadConn }) //nolint:errcheck
+			}
+		}()
 	}
 
 	if _, err := conn.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -138,12 +211,15 @@ func Apply(ctx context.Context, db *sql.DB, dialect string) error {
 	}
 
 	for _, m := range list {
+		if m.Version > target {
+			break
+		}
 		if applied[m.Version] {
 			continue
 		}
-		for _, stmt := range Statements(m.Up) {
-			if _, err := conn.ExecContext(ctx, stmt); err != nil {
-				return fmt.Errorf("migrations: %s %03d_%s: %w", dialect, m.Version, m.Name, err)
+		for i, step := range steps[m.Version] {
+			if _, err := step.run(ctx, conn); err != nil {
+				return fmt.Errorf("migrations: %s %03d_%s statement %d: %w", dialect, m.Version, m.Name, i+1, err)
 			}
 		}
 		if _, err := conn.ExecContext(ctx,
@@ -153,27 +229,4 @@ func Apply(ctx context.Context, db *sql.DB, dialect string) error {
 		}
 	}
 	return nil
-}
-
-// Statements splits a migration file into statements: comment lines are
-// dropped and a statement ends at a line ending with a semicolon. The files
-// are ours, so this needs no general SQL lexer.
-func Statements(script string) []string {
-	var out []string
-	var cur strings.Builder
-	for line := range strings.Lines(script) {
-		trimmed := strings.TrimSpace(line)
-		if trimmed == "" || strings.HasPrefix(trimmed, "--") {
-			continue
-		}
-		cur.WriteString(line)
-		if strings.HasSuffix(trimmed, ";") {
-			out = append(out, strings.TrimSuffix(strings.TrimSpace(cur.String()), ";"))
-			cur.Reset()
-		}
-	}
-	if s := strings.TrimSpace(cur.String()); s != "" {
-		out = append(out, s)
-	}
-	return out
 }

@@ -111,10 +111,6 @@ WHERE (scope, idempotency_key) IN (
 		code, ok := errorCode(err)
 		return ok && (code == sqliteConstraintPrimaryKey || code == sqliteConstraintUnique)
 	},
-	// Writers are serialised by SQLite's lock, so a fenced statement never
-	// meets a concurrent change to its row: a lost lease shows only as zero
-	// rows affected.
-	IsLeaseConflict: func(error) bool { return false },
 	IsTransient: func(err error) bool {
 		code, ok := errorCode(err)
 		return ok && (code&0xff == sqliteBusy || code&0xff == sqliteLocked)
