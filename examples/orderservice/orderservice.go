@@ -11,8 +11,14 @@
 //	POST /orders/{order_no}/pay    CREATED → PAID (key required)      200, 409
 //	GET  /healthz                                                     200
 //
-// X-User-ID stands in for authentication: it is required (401) and is the
-// scope of every idempotency key.
+// X-User-ID stands in for authentication: it is required (401), its value
+// parsed as a positive decimal integer is the principal, and the principal in
+// canonical decimal is the scope of every idempotency key, so "7", "+7" and
+// "007" are one user with one key space.
+//
+// A database failure that a retry can overcome (idempotency.IsTransient:
+// deadlock, lock wait timeout, dropped connection) answers 503
+// store-unavailable with Retry-After; any other server error answers 500.
 package orderservice
 
 import (
@@ -29,6 +35,7 @@ import (
 	"net/http"
 	"regexp"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/orderguard/idempotency"
@@ -75,8 +82,9 @@ type Options struct {
 	HandlerDelay time.Duration
 
 	// AfterCreate, when set, runs inside the create transaction after the
-	// order row is written; an error fails the request with a 500. The
-	// example server uses it for fault injection.
+	// order row is written; an error fails the request like a database error
+	// there would: 503 if idempotency.IsTransient, else 500. The example
+	// server and the tests use it for fault injection.
 	AfterCreate func(ctx context.Context) error
 }
 
@@ -154,7 +162,7 @@ func (s *Service) protect(route string, fp idempotency.FingerprintConfig, h txHa
 			a := h(r.Context(), tx, r)
 			if a.problem == nil && a.status >= 200 && a.status < 300 {
 				if err := tx.Commit(); err != nil {
-					internalError(w, err)
+					idempotency.WriteProblem(w, commitFailure(err))
 					return
 				}
 			} else {
@@ -166,7 +174,7 @@ func (s *Service) protect(route string, fp idempotency.FingerprintConfig, h txHa
 	cfg := s.opts.Config
 	cfg.Route = route
 	cfg.Fingerprint = fp
-	cfg.ScopeFunc = func(r *http.Request) (string, error) { return r.Header.Get("X-User-ID"), nil }
+	cfg.ScopeFunc = principalScope
 	mw, err := idempotency.New(s.opts.Store, &cfg)
 	if err != nil {
 		return nil, err
@@ -179,6 +187,12 @@ func (s *Service) protect(route string, fp idempotency.FingerprintConfig, h txHa
 
 // authenticated requires X-User-ID, a positive integer standing in for an
 // authenticated principal.
+//
+// Every spelling strconv.ParseInt accepts ("7", "+7", "007") is accepted as
+// the same user: the header stands in for a verified credential, and what the
+// idempotency protocol needs is that the principal, not its spelling, owns the
+// key (principalScope). Refusing non-canonical spellings would be a stricter
+// input policy, not a fix: the scope must be canonical either way.
 func (s *Service) authenticated(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if _, err := userID(r); err != nil {
@@ -188,6 +202,18 @@ func (s *Service) authenticated(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// principalScope is the ScopeFunc of every protected route: the principal
+// in canonical decimal, never the raw header. Scoping by the raw header let
+// "7", "+7" and "007" hold three claims on one key and create three orders
+// for user 7.
+func principalScope(r *http.Request) (string, error) {
+	id, err := userID(r)
+	if err != nil {
+		return "", err
+	}
+	return strconv.FormatInt(id, 10), nil
 }
 
 func userID(r *http.Request) (int64, error) {
@@ -368,7 +394,7 @@ func (s *Service) getOrder(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err != nil {
-		internalError(w, err)
+		idempotency.WriteProblem(w, serverProblem(err, "The database failed for a moment. Retry the read."))
 		return
 	}
 	writeJSON(w, http.StatusOK, toResponse(order))
@@ -376,17 +402,30 @@ func (s *Service) getOrder(w http.ResponseWriter, r *http.Request) {
 
 // Recover is the example's idempotency.RecoverFunc, the seed's background
 // check: an abandoned create attempt took effect if purchase_order has a row
-// with the record's scope and key. The rebuilt snapshot is the 201 the
-// original would have answered.
+// with the record's scope and key created in the record's period, at or after
+// rec.CreatedAt. The rebuilt snapshot is the 201 the original would have
+// answered.
+//
+// An older row belongs to an earlier period of the key: a key reused after
+// its retention is taken over and its created_at starts again. Finishing the
+// renewed attempt with that row would replay another request's answer,
+// perhaps for another body. So it counts as not found and the key is
+// released; the retry executes, meets UNIQUE (scope, idempotency_key) and
+// answers 409 duplicate-order.
 func (s *Service) Recover(ctx context.Context, rec *idempotency.Record) (*idempotency.Snapshot, bool, error) {
 	var orderNo string
+	var createdAt orderTime
 	err := s.db.QueryRowContext(ctx,
-		`SELECT order_no FROM purchase_order WHERE scope = ? AND idempotency_key = ?`, rec.Scope, rec.Key).Scan(&orderNo)
+		`SELECT order_no, created_at FROM purchase_order WHERE scope = ? AND idempotency_key = ?`,
+		rec.Scope, rec.Key).Scan(&orderNo, &createdAt)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, false, nil
 	}
 	if err != nil {
 		return nil, false, err
+	}
+	if !createdAt.notBefore(rec.CreatedAt) {
+		return nil, false, nil
 	}
 	order, err := idempotency.GetOrder(ctx, s.db, orderNo)
 	if err != nil {
@@ -402,6 +441,55 @@ func (s *Service) Recover(ctx context.Context, rec *idempotency.Record) (*idempo
 		Header:     http.Header{"Content-Type": {"application/json"}, "Location": {"/orders/" + orderNo}},
 		Body:       append(body, '\n'),
 	}, true, nil
+}
+
+// orderTime is purchase_order.created_at as read, with the resolution it is
+// stored at: MySQL's DATETIME(6) keeps microseconds, SQLite's
+// CURRENT_TIMESTAMP text whole seconds. It comes from the database's clock,
+// like the record's created_at, and is read the way the store reads its
+// times (a driver time.Time in UTC, text as UTC), so the two compare without
+// the application's clock. This assumes the service and the store share the
+// database handle, as they do here.
+type orderTime struct {
+	at         time.Time
+	resolution time.Duration
+}
+
+// Scan implements sql.Scanner.
+func (t *orderTime) Scan(v any) error {
+	switch v := v.(type) {
+	case time.Time:
+		t.at, t.resolution = v.UTC(), time.Microsecond
+		return nil
+	case []byte:
+		return t.parse(string(v))
+	case string:
+		return t.parse(v)
+	default:
+		return fmt.Errorf("orderservice: cannot scan %T as purchase_order.created_at", v)
+	}
+}
+
+func (t *orderTime) parse(s string) error {
+	at, err := time.Parse("2006-01-02 15:04:05.999999", s)
+	if err != nil {
+		return fmt.Errorf("orderservice: purchase_order.created_at %q: %w", s, err)
+	}
+	t.at, t.resolution = at, time.Second
+	if strings.Contains(s, ".") {
+		t.resolution = time.Microsecond
+	}
+	return nil
+}
+
+// notBefore reports whether the order was created at or after periodStart,
+// compared at the order time's resolution: an order stamped 12:00:00 may have
+// been written at 12:00:00.9, after a claim at 12:00:00.5. The tolerance
+// never admits an order of an earlier period, which is older than the
+// takeover by at least that period's retention (Config enforces Retention ≥
+// Lease ≥ 1s).
+func (t orderTime) notBefore(periodStart time.Time) bool {
+	return !t.at.Before(periodStart.Truncate(t.resolution))
 }
 
 func toResponse(o *idempotency.Order) OrderResponse {
@@ -433,11 +521,42 @@ func unprocessable(kind, title, detail string) answer {
 	return answer{problem: idempotency.NewProblem(http.StatusUnprocessableEntity, kind, title, detail)}
 }
 
-// failure is a server-side error: a 500, which the middleware treats as not
-// final, so the transaction rolls back and a retry executes again.
+// failure is a server-side error of a write handler. The middleware treats
+// every 5xx as not final: the transaction rolls back, the key is released and
+// a retry executes again. So a transient error is 503 with Retry-After (the
+// retry will likely succeed, and clients and proxies know to make it), and
+// anything else 500 (a bug, which a retry would likely meet again).
 func failure(err error) answer {
-	return answer{problem: idempotency.NewProblem(http.StatusInternalServerError,
-		idempotency.ProblemExecutionFailed, "Internal error", err.Error())}
+	return answer{problem: serverProblem(err,
+		"The database failed for a moment; nothing was recorded. Retry with the same key.")}
+}
+
+// serverProblem classifies err: 503 store-unavailable with Retry-After and
+// transientDetail when idempotency.IsTransient, else 500 execution-failed.
+func serverProblem(err error, transientDetail string) *idempotency.Problem {
+	if idempotency.IsTransient(err) {
+		p := idempotency.NewProblem(http.StatusServiceUnavailable, idempotency.ProblemStoreUnavailable,
+			"Database unavailable", transientDetail)
+		p.RetryAfter = 1
+		return p
+	}
+	return idempotency.NewProblem(http.StatusInternalServerError,
+		idempotency.ProblemExecutionFailed, "Internal error", err.Error())
+}
+
+// commitFailure answers a failed COMMIT of the unprotected baseline. Unlike
+// any earlier failure it cannot say "nothing was recorded": a connection
+// lost during COMMIT leaves the outcome unknown, and without the middleware
+// nothing finds it out.
+func commitFailure(err error) *idempotency.Problem {
+	if idempotency.IsTransient(err) {
+		p := idempotency.NewProblem(http.StatusServiceUnavailable, idempotency.ProblemCommitUnknown, "Outcome unknown",
+			"The database failed during commit; the write may or may not have taken effect. This route is unprotected: a retry may apply it twice.")
+		p.RetryAfter = 1
+		return p
+	}
+	return idempotency.NewProblem(http.StatusInternalServerError,
+		idempotency.ProblemExecutionFailed, "Internal error", "commit: "+err.Error())
 }
 
 func internalError(w http.ResponseWriter, err error) {

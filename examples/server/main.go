@@ -9,7 +9,8 @@
 //	-db URL                sqlite://PATH or mysql://DSN (default sqlite://orders.db)
 //	-mode M                claim-first (default) or single-phase
 //	-lease D               how long a PROCESSING claim is held (default 30s)
-//	-retention D           how long a finished key is remembered (default 24h)
+//	-retention D           how long a finished key is remembered, also when the
+//	                       reconciler finishes it (default 24h)
 //	-in-flight-wait D      how long a duplicate waits for the original (default 0)
 //	-reconcile-interval D  how often abandoned claims are settled (default 5s; 0 = off)
 //	-purge-interval D      how often expired records are deleted (default 1m; 0 = off)
@@ -77,7 +78,7 @@ func parseFlags(args []string) (flags, error) {
 	fs.DurationVar(&f.reconcileInterval, "reconcile-interval", 5*time.Second, "how often abandoned claims are settled (0 = off)")
 	fs.DurationVar(&f.purgeInterval, "purge-interval", time.Minute, "how often expired records are deleted (0 = off)")
 	fs.DurationVar(&f.lease, "lease", 30*time.Second, "how long a PROCESSING claim is held")
-	fs.DurationVar(&f.retention, "retention", 24*time.Hour, "how long a finished key is remembered")
+	fs.DurationVar(&f.retention, "retention", 24*time.Hour, "how long a finished key is remembered (also one the reconciler finishes)")
 	fs.DurationVar(&f.inFlightWait, "in-flight-wait", 0, "how long a duplicate waits for the original to finish")
 	fs.DurationVar(&f.handlerDelay, "handler-delay", 0, "artificial delay inside the create transaction")
 	fs.BoolVar(&f.idempotency, "idempotency", true, "protect writes with the idempotency middleware")
@@ -141,7 +142,9 @@ func run(args []string) error {
 		return err
 	}
 	if f.idempotency {
-		go runReconciler(ctx, log, store, svc, obs, f.reconcileInterval)
+		if r := newReconciler(f, log, store, svc, obs); r != nil {
+			go func() { _ = r.Run(ctx) }()
+		}
 		go runPurge(ctx, log, store, obs, f.purgeInterval)
 	}
 
@@ -165,15 +168,21 @@ func run(args []string) error {
 	return nil
 }
 
-// runReconciler settles claims left by crashed attempts (the seed's
-// background task): an order that exists gets its snapshot back, a key
-// whose order does not exist is released.
-func runReconciler(ctx context.Context, log *slog.Logger, store idempotency.Store, svc *orderservice.Service, obs idempotency.Observer, every time.Duration) {
-	if every <= 0 {
-		return
+// newReconciler returns the task that settles claims left by crashed
+// attempts (the seed's background task): an order that exists gets its
+// snapshot back, a key whose order does not exist is released. It is nil
+// when -reconcile-interval is 0. A backfilled record lives -retention like
+// any other: without it the Reconciler's 24h default would apply, whatever
+// the flag says.
+func newReconciler(f flags, log *slog.Logger, store idempotency.Store, svc *orderservice.Service, obs idempotency.Observer) *idempotency.Reconciler {
+	if f.reconcileInterval <= 0 {
+		return nil
 	}
-	r := &idempotency.Reconciler{Store: store, Recover: svc.Recover, Interval: every, Logger: log, Observer: obs}
-	_ = r.Run(ctx)
+	return &idempotency.Reconciler{
+		Store: store, Recover: svc.Recover,
+		Interval: f.reconcileInterval, Retention: f.retention,
+		Logger: log, Observer: obs,
+	}
 }
 
 // runPurge deletes expired final records in bounded batches.
