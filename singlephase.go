@@ -162,7 +162,11 @@ func (a *attempt) afterRollback(ctx context.Context, cause error, mayRunAgain bo
 
 // storeRejectionSinglePhase stores a final non-2xx in autocommit, unless a
 // record already holds the key (a concurrent winner, or a finished key whose
-// replay missed the cache): then that record is the answer.
+// replay missed the cache): then that record is the answer. A rejection
+// that could be neither stored nor checked against a winner is answered 503
+// with Retry-After, not passed on: in single-phase it may be the symptom of
+// a concurrent winner (its order's unique key) rather than the answer, and
+// the retry decides again.
 func (a *attempt) storeRejectionSinglePhase(ctx context.Context, res *handlerResult) {
 	started := time.Now()
 	snap := a.m.snapshot(res.status, res.header, res.body)
@@ -172,8 +176,11 @@ func (a *attempt) storeRejectionSinglePhase(ctx context.Context, res *handlerRes
 		if a.answerWinner(ctx, true) {
 			return
 		}
+		a.fail(OutcomeStoreError, fmt.Errorf("idempotency: rejection met a record that could not be read: %w", err))
+		return
 	case err != nil:
-		a.note(Event{Outcome: OutcomeStoreError, Err: err})
+		a.fail(OutcomeStoreError, fmt.Errorf("idempotency: store rejection: %w", err))
+		return
 	default:
 		a.m.cacheOwn(a.scope, a.key, a.fingerprint, StatusFailed, snap, started)
 	}

@@ -154,6 +154,9 @@ func NewSQLStore(db *sql.DB, d Dialect) *SQLStore {
 
 // sqlFor returns the dialect adapted to the server, adapting it first if
 // that has not succeeded yet. Until it does, the statements as given serve.
+// It may need a connection of its own, so it is never called while a
+// transaction holds one (BeginTx adapts first; see sqlNow): with the pool
+// exhausted by open transactions it would wait for one of them to end.
 func (s *SQLStore) sqlFor(ctx context.Context) *Dialect {
 	if d := s.adapted.Load(); d != nil {
 		return d
@@ -170,6 +173,14 @@ func (s *SQLStore) sqlFor(ctx context.Context) *Dialect {
 	d = d.withStatementDefaults()
 	s.adapted.Store(&d)
 	return &d
+}
+
+// sqlNow is sqlFor without adapting: for statements inside a transaction.
+func (s *SQLStore) sqlNow() *Dialect {
+	if d := s.adapted.Load(); d != nil {
+		return d
+	}
+	return &s.dialect
 }
 
 // SingleWriter reports the dialect's SingleWriter.
@@ -273,6 +284,7 @@ func (s *SQLStore) TakeOver(ctx context.Context, c Claim, from Lease) (Lease, er
 
 // BeginTx implements Store.
 func (s *SQLStore) BeginTx(ctx context.Context) (*sql.Tx, error) {
+	s.sqlFor(ctx) // adapt before the transaction holds a connection
 	return s.db.BeginTx(ctx, nil)
 }
 
@@ -282,7 +294,7 @@ func (s *SQLStore) FinishTx(ctx context.Context, tx *sql.Tx, l Lease, st Status,
 	if err != nil {
 		return Lease{}, err
 	}
-	res, err := tx.ExecContext(ctx, s.sqlFor(ctx).FinishInTx, args...)
+	res, err := tx.ExecContext(ctx, s.sqlNow().FinishInTx, args...)
 	if err := s.fenced(res, err, "finish"); err != nil {
 		return Lease{}, err
 	}
@@ -312,7 +324,7 @@ func (s *SQLStore) InsertFinal(ctx context.Context, tx *sql.Tx, c Claim, st Stat
 	}
 	args = append([]any{c.Scope, c.Key, c.Fingerprint, args[0], c.Owner}, args[1:5]...)
 	if tx != nil {
-		_, err = tx.ExecContext(ctx, s.sqlFor(ctx).InsertFinalInTx, args...)
+		_, err = tx.ExecContext(ctx, s.sqlNow().InsertFinalInTx, args...)
 	} else {
 		_, err = s.exec(ctx, s.dialect.InsertFinal, args...)
 	}

@@ -14,6 +14,11 @@
 // sends (*sql.Tx).Commit exactly so. The server→client direction is copied
 // unparsed. TLS and protocol compression are not supported (the bytes would not
 // be parseable); test DSNs must not enable them.
+//
+// Beside the armed COMMIT faults, the proxy has a reset mode (reset.go):
+// while it is on, every open connection is reset on both sides at random
+// intervals, whatever it is doing, the way a flapping network or a failing
+// load balancer ends them.
 package faultproxy
 
 import (
@@ -99,6 +104,8 @@ type Proxy struct {
 	conns map[*link]struct{}
 	wg    sync.WaitGroup
 	once  sync.Once
+
+	resets resetMode
 }
 
 // Option configures a Proxy.
@@ -153,6 +160,7 @@ func (p *Proxy) Close() error {
 	var err error
 	p.once.Do(func() {
 		close(p.closed)
+		p.StopResets()
 		err = p.ln.Close()
 		p.mu.Lock()
 		for l := range p.conns {

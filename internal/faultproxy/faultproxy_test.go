@@ -36,14 +36,14 @@ var okPacket = packet(1, []byte{0x00, 0x00, 0x00, 0x02, 0x00, 0x00, 0x00})
 type fakeServer struct {
 	ln       net.Listener
 	payloads chan []byte
-	ended    chan struct{}
+	ended    chan error // why each connection ended, as the server read it
 }
 
 func newFakeServer(t *testing.T) *fakeServer {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	s := &fakeServer{ln: ln, payloads: make(chan []byte, 1024), ended: make(chan struct{}, 64)}
+	s := &fakeServer{ln: ln, payloads: make(chan []byte, 1024), ended: make(chan error, 64)}
 	var wg sync.WaitGroup
 	t.Cleanup(func() { ln.Close(); wg.Wait() })
 	wg.Add(1)
@@ -57,18 +57,19 @@ func newFakeServer(t *testing.T) *fakeServer {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				defer func() { c.Close(); s.ended <- struct{}{} }()
+				var end error
+				defer func() { c.Close(); s.ended <- end }()
 				hdr := make([]byte, 4)
 				for {
-					if _, err := io.ReadFull(c, hdr); err != nil {
+					if _, end = io.ReadFull(c, hdr); end != nil {
 						return
 					}
 					payload := make([]byte, int(hdr[0])|int(hdr[1])<<8|int(hdr[2])<<16)
-					if _, err := io.ReadFull(c, payload); err != nil {
+					if _, end = io.ReadFull(c, payload); end != nil {
 						return
 					}
 					s.payloads <- payload
-					if _, err := c.Write(okPacket); err != nil {
+					if _, end = c.Write(okPacket); end != nil {
 						return
 					}
 				}
@@ -104,10 +105,19 @@ func (s *fakeServer) receivesNothing(t *testing.T) {
 
 func (s *fakeServer) connectionEnds(t *testing.T) {
 	t.Helper()
+	s.connectionEndsWith(t)
+}
+
+// connectionEndsWith waits for a connection to end and returns the error
+// the server's read ended with.
+func (s *fakeServer) connectionEndsWith(t *testing.T) error {
+	t.Helper()
 	select {
-	case <-s.ended:
+	case err := <-s.ended:
+		return err
 	case <-time.After(5 * time.Second):
 		t.Fatal("the server's connection stayed open")
+		return nil
 	}
 }
 
