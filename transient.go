@@ -54,7 +54,8 @@ var transientServerErrors = map[uint16]bool{
 // request can overcome, as opposed to a bug or a permanent refusal: a
 // dropped or refused database connection, a server error from the list
 // above (deadlock, lock wait timeout, snapshot conflict, a cluster's
-// certification conflict), a deadline of the store, or an error wrapping
+// certification conflict), a deadline or cancellation (a handler's context
+// ends only when its lease budget runs out), or an error wrapping
 // ErrTransient.
 //
 // Handlers use it to classify their own database errors: answer a transient
@@ -80,6 +81,10 @@ func IsTransient(err error) bool {
 		errors.Is(err, syscall.ECONNREFUSED),
 		errors.Is(err, syscall.EPIPE),
 		errors.Is(err, context.DeadlineExceeded),
+		// A handler's context is detached from the client's: it ends only
+		// when the attempt's lease budget runs out (a stalled database, a
+		// cluster waiting out a dead node).
+		errors.Is(err, context.Canceled),
 		errors.As(err, &ne):
 		return true
 	}
