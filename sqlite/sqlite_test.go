@@ -143,7 +143,6 @@ func TestBeginTx_TakesWriteLockAtBegin(t *testing.T) {
 	require.Error(t, err)
 	require.True(t, sqlite.Dialect.IsTransient(err), "want SQLITE_BUSY, got %v", err)
 	require.False(t, sqlite.Dialect.IsDuplicate(err))
-	require.False(t, sqlite.Dialect.IsLeaseConflict(err))
 
 	// Readers are not blocked by the writer in WAL mode.
 	var n int
@@ -168,7 +167,6 @@ func TestDialect_ClassifiesErrors(t *testing.T) {
 		wrapped := fmt.Errorf("claim: %w", err)
 		require.True(t, sqlite.Dialect.IsDuplicate(wrapped), "%s: %v", name, err)
 		require.False(t, sqlite.Dialect.IsTransient(wrapped), name)
-		require.False(t, sqlite.Dialect.IsLeaseConflict(wrapped), name)
 	}
 	require.Error(t, syntax)
 	require.False(t, sqlite.Dialect.IsDuplicate(syntax))

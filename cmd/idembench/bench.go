@@ -72,6 +72,7 @@ type runner struct {
 	b4loads  []LoadTiming
 	notes    []string
 	failures []string // correctness failures: the run exits non-zero
+	cluster  *ClusterResult
 	mu       sync.Mutex
 }
 

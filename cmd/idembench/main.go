@@ -10,6 +10,9 @@
 //	    execution, counted in purchase_order (the run fails otherwise)
 //	B4  B1 and B2 with 0 .. 10M existing idempotency records
 //	B5  the same workload through Fiber v3's idempotency middleware + Redis
+//	galera (only with -galera-dsns) B1/B2 over B0 with two instances on two
+//	    nodes of a Galera cluster vs one instance on one node, and the cost
+//	    of the wsrep_sync_wait=1 prefix on Lookup (cluster.go)
 //
 // plus allocations per request from the root package's Go benchmarks.
 //
@@ -64,6 +67,10 @@ type options struct {
 	settleMax    time.Duration
 	maxErrorRate float64
 	profileDir   string
+	mariadb      bool
+	galeraDSNs   string
+	clusterConc  int
+	lookupN      int
 	fromJSON     string
 	args         []string
 }
@@ -93,6 +100,10 @@ func parseOptions(args []string) (options, error) {
 	fs.IntVar(&o.slices, "slices", 0, "B1 and B2 points alternate with their B0 baseline in this many slices of the window each (default 5, -quick 3; 1 with -cpuprofile)")
 	fs.IntVar(&o.poolSize, "pool", 0, "completed keys replayed round-robin in B2 (default 1000, -quick 256)")
 	fs.StringVar(&o.profileDir, "cpuprofile", "", "directory for a Go CPU profile of each load point (this process: load generator, server, middleware, driver)")
+	fs.BoolVar(&o.mariadb, "mariadb", true, "include B0–B3 on MariaDB (-mysql)")
+	fs.StringVar(&o.galeraDSNs, "galera-dsns", "", "comma-separated DSNs of a Galera cluster's nodes (scripts/galera.sh dsns): runs the cluster family on nodes 1 and 2; skipped when empty, also with -quick")
+	fs.IntVar(&o.clusterConc, "cluster-concurrency", 16, "concurrency of the cluster family's points")
+	fs.IntVar(&o.lookupN, "cluster-lookups", 2000, "sequential Lookups per store in the cluster family's sync-wait micro-measure")
 	fs.StringVar(&o.fromJSON, "from-json", "", "measure nothing: re-render benchmarks.md and benchmarks.png in -out from this benchmarks.json")
 	fs.Float64Var(&o.maxErrorRate, "max-error-rate", 0.01, "share of failed answers above which a point fails the run")
 	if err := fs.Parse(args); err != nil {
@@ -220,17 +231,19 @@ func run(args []string) int {
 	if opts.ceiling {
 		step("harness ceiling", func() error { return r.runCeiling(ctx) })
 	}
-	step("mariadb", func() error {
-		f, err := openMariaDB(ctx, opts.mysql, "main")
-		if err != nil {
-			return err
-		}
-		defer f.close()
-		if err := r.runMain(ctx, f); err != nil {
-			return err
-		}
-		return r.runB3(ctx, f)
-	})
+	if opts.mariadb {
+		step("mariadb", func() error {
+			f, err := openMariaDB(ctx, opts.mysql, "main")
+			if err != nil {
+				return err
+			}
+			defer f.close()
+			if err := r.runMain(ctx, f); err != nil {
+				return err
+			}
+			return r.runB3(ctx, f)
+		})
+	}
 	if opts.sqlite {
 		step("sqlite", func() error {
 			f, err := openSQLite(ctx)
@@ -263,6 +276,9 @@ func run(args []string) int {
 			defer f.close()
 			return r.runFiber(ctx, f)
 		})
+	}
+	if opts.galeraDSNs != "" {
+		step("galera", func() error { return r.runCluster(ctx) })
 	}
 	if ctx.Err() != nil {
 		errs = append(errs, ctx.Err())
@@ -312,6 +328,7 @@ func (o options) summary() map[string]any {
 		"concurrency": o.concurrency, "modes": modes, "b4_levels": o.b4Levels, "b4_concurrency": o.b4Conc,
 		"b3_requests": o.b3Conc, "b3_repetitions": o.b3Reps, "replay_pool": o.poolSize,
 		"sqlite": o.sqlite, "fiber": o.fiber, "ceiling": o.ceiling, "b4": o.b4, "gobench": o.gobench, "benchtime": o.benchtime,
+		"mariadb": o.mariadb, "galera": o.galeraDSNs != "", "cluster_concurrency": o.clusterConc, "cluster_lookups": o.lookupN,
 	}
 }
 

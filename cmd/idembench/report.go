@@ -28,6 +28,7 @@ type Report struct {
 	Notes      []string       `json:"notes"`
 	Failures   []string       `json:"correctness_failures"`
 	Errors     []string       `json:"errors"`
+	Cluster    *ClusterResult `json:"cluster,omitempty"`
 
 	goBenchOut string
 }
@@ -63,6 +64,7 @@ func (rep *Report) fill(r *runner) {
 	rep.Fiber = fiberDifferences
 	rep.B0 = aggregateB0(r.points)
 	rep.Ratios = computeRatios(r.points, rep.B0)
+	rep.Cluster = r.cluster
 }
 
 // aggregateB0 merges every B0 run of a family and concurrency into one row:
@@ -131,6 +133,16 @@ func computeRatios(points []*Point, b0 []*Point) []Ratio {
 				Name: "B2/B0 throughput, " + p.Variant, Family: p.Family, Concurrency: p.Concurrency,
 				Value:  p.RPS / p.BaselineRPS,
 				Detail: fmt.Sprintf("%.0f / %.0f req/s", p.RPS, p.BaselineRPS),
+			})
+		case p.Bench == "SW" && p.BaselineRPS > 0:
+			out = append(out, Ratio{
+				Name: "sync-wait/no-sync-wait replay throughput (cache off, other node)", Family: p.Family, Concurrency: p.Concurrency,
+				Value:  p.RPS / p.BaselineRPS,
+				Detail: fmt.Sprintf("%.0f / %.0f req/s", p.RPS, p.BaselineRPS),
+			}, Ratio{
+				Name: "sync-wait/no-sync-wait replay P99 (cache off, other node)", Family: p.Family, Concurrency: p.Concurrency,
+				Value:  p.P99 / p.BaselineP99,
+				Detail: fmt.Sprintf("%.2f / %.2f ms", p.P99, p.BaselineP99),
 			})
 		case p.Bench == "B5" && p.BaselineRPS > 0:
 			what := "B1 first request"
@@ -340,6 +352,8 @@ func (rep *Report) markdown() string {
 		}
 		w("\n")
 	}
+
+	rep.clusterMarkdown(&b)
 
 	if len(rep.GoBench) > 0 {
 		w("## In-process path: allocations per request\n\n")
