@@ -32,7 +32,7 @@ func TestServerProblem_TransientIs503StoreUnavailableRetryAfter1_OtherIs500(t *t
 		{"deadline", context.DeadlineExceeded, true},
 		{"marked transient", fmt.Errorf("x: %w", idempotency.ErrTransient), true},
 		{"duplicate key", &mysql.MySQLError{Number: 1062}, false},
-		{"canceled by the client", context.Canceled, false},
+		{"canceled (the handler's lease budget ran out)", context.Canceled, true},
 		{"plain", errors.New("boom"), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
