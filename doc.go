@@ -35,10 +35,11 @@
 //     key (scope, key) lets exactly one concurrent request win.
 //  5. Execute: the handler runs in a transaction (TxFromContext) with a
 //     recording ResponseWriter.
-//  6. Finalize: a 2xx finishes the record with the response snapshot inside
-//     the same transaction, then commits: the order and its snapshot commit
-//     together or not at all. A final 4xx rolls back and is stored as FAILED.
-//     A 5xx, panic or error rolls back and releases the key.
+//  6. Finalize: a 2xx or 3xx finishes the record with the response snapshot
+//     inside the same transaction, then commits: the order and its snapshot
+//     commit together or not at all. A final 4xx rolls back and is stored as
+//     FAILED. A 5xx, a 400 (see DefaultIsFinal), a panic or a database fault
+//     rolls back and releases the key.
 //  7. Respond: duplicates get the stored answer (Idempotent-Replayed: true),
 //     in-progress (409 with Retry-After), or the conflict.
 //
@@ -52,6 +53,9 @@
 // Purge deletes records past retention.
 //
 // Errors are answered as RFC 9457 problem+json with a stable type per kind
-// (ProblemTypePrefix + ProblemMissingKey, ...). Library errors match
+// (ProblemTypePrefix + ProblemMissingKey, ...). A fault of the
+// infrastructure is answered 503 (or 409 in-progress) with Retry-After,
+// never 500: 500 is left for the handler's own failure. Handlers classify
+// their own database errors with IsTransient. Library errors match
 // sentinels with errors.Is.
 package idempotency
