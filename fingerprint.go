@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unicode"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -24,16 +25,33 @@ type FingerprintFunc func(r *http.Request, body []byte) (string, error)
 
 // FingerprintConfig selects what the default fingerprint covers. The zero
 // value covers method, canonical route and the whole body.
+//
+// JSON numbers compare by value: 1, 1.0 and 1e0 share a fingerprint. That is
+// safe because two bodies that both decode into the same Go type decode to
+// equal values: integer types accept only integer spellings (1.0 into an int
+// is a decode error, which the handler answers with a 400 that is not
+// replayed), and equal decimal values parse to the same float.
+//
+// Field lists name top-level fields exactly, byte for byte, but
+// encoding/json matches names to struct fields ignoring case (with Unicode
+// simple folding, so "ſku_id" is "sku_id") and the last of several matching
+// names wins. So with a field list set, a body whose top-level names are
+// equal ignoring case ("quantity" and "QUANTITY"), or that spells a listed
+// name in another case, is refused with ErrInvalidBody: otherwise the
+// fingerprint could see one value while the handler decodes another.
+// Nested objects need no such check, as they count whole.
 type FingerprintConfig struct {
 	// Fields is an allow-list of top-level JSON body fields (the seed's
 	// "whitelist DTO"). When non-empty only these fields count, and an absent
 	// field equals one that is null, so clients that omit optional fields and
-	// clients that send them as null agree. Requires a JSON object body.
+	// clients that send them as null agree. Requires a JSON object body
+	// whose names are distinct ignoring case.
 	Fields []string
 
 	// IgnoreFields is a deny-list of top-level JSON body fields dropped before
 	// hashing, for values that change on every retry (timestamp, trace_id).
-	// It wins over Fields. When non-empty it requires a JSON object body.
+	// It wins over Fields. When non-empty it requires a JSON object body
+	// whose names are distinct ignoring case.
 	IgnoreFields []string
 
 	// RouteFunc returns the route part of the fingerprint; nil means
@@ -58,21 +76,23 @@ const (
 // input. JSON bodies (application/json, application/*+json) are hashed in
 // their CanonicalJSON form after the field lists apply; other bodies are
 // hashed as raw bytes, unless a field list is set, which needs JSON and so
-// yields ErrUnsupportedMediaType.
+// yields ErrUnsupportedMediaType. With a field list set, top-level names that
+// are equal ignoring case yield ErrInvalidBody (see FingerprintConfig).
 func NewFingerprint(cfg FingerprintConfig) FingerprintFunc {
 	var filter *fieldFilter
 	if len(cfg.Fields) > 0 || len(cfg.IgnoreFields) > 0 {
-		// Copy into sets: lookups are O(1) and later changes to cfg's
-		// slices cannot alter fingerprints that are already stored.
-		filter = &fieldFilter{deny: make(map[string]struct{}, len(cfg.IgnoreFields))}
-		for _, f := range cfg.IgnoreFields {
-			filter.deny[f] = struct{}{}
+		// Copy into a map by folded name: one O(1) lookup per member finds
+		// a listed name or a case variant of one, and later changes to
+		// cfg's slices cannot alter fingerprints that are already stored.
+		filter = &fieldFilter{
+			hasAllow: len(cfg.Fields) > 0,
+			byFold:   make(map[string][]listedName, len(cfg.Fields)+len(cfg.IgnoreFields)),
 		}
-		if len(cfg.Fields) > 0 {
-			filter.allow = make(map[string]struct{}, len(cfg.Fields))
-			for _, f := range cfg.Fields {
-				filter.allow[f] = struct{}{}
-			}
+		for _, f := range cfg.IgnoreFields {
+			filter.add(f).deny = true
+		}
+		for _, f := range cfg.Fields {
+			filter.add(f).allow = true
 		}
 	}
 	routeOf := cfg.RouteFunc
@@ -152,8 +172,10 @@ func isJSONMediaType(ct string) bool {
 }
 
 // CanonicalRoute returns the URL path plus the query with parameters sorted by
-// name then value (encoded canonically with url.Values.Encode-like escaping),
-// "?" only when a query exists.
+// name (encoded canonically with url.Values.Encode-like escaping), "?" only
+// when a query exists. The values of one name keep the order they were sent
+// in, because handlers see that order: r.URL.Query().Get("sku") is the first
+// value, so ?sku=1&sku=2 and ?sku=2&sku=1 are different requests.
 //
 // The path keeps the client's %2F inside segments (a/b and a%2Fb are different
 // resources) but otherwise uses one escaping, so the same path spelled with
@@ -172,33 +194,27 @@ func CanonicalRoute(r *http.Request) string {
 	if err != nil {
 		return path + "?" + r.URL.RawQuery
 	}
-	type pair struct{ k, v string }
-	var pairs []pair
-	for k, vs := range values {
-		for _, v := range vs {
-			pairs = append(pairs, pair{k, v})
-		}
-	}
-	if len(pairs) == 0 {
+	if len(values) == 0 {
 		return path
 	}
-	slices.SortFunc(pairs, func(a, b pair) int {
-		if c := strings.Compare(a.k, b.k); c != 0 {
-			return c
-		}
-		return strings.Compare(a.v, b.v)
-	})
+	// Names are distinct map keys, so sorting them is stable by
+	// construction; ParseQuery keeps each name's values in input order.
+	names := make([]string, 0, len(values))
+	for k := range values {
+		names = append(names, k)
+	}
+	slices.Sort(names)
 	var sb strings.Builder
 	sb.WriteString(path)
-	for i, p := range pairs {
-		if i == 0 {
-			sb.WriteByte('?')
-		} else {
-			sb.WriteByte('&')
+	sep := byte('?')
+	for _, k := range names {
+		for _, v := range values[k] {
+			sb.WriteByte(sep)
+			sep = '&'
+			sb.WriteString(url.QueryEscape(k))
+			sb.WriteByte('=')
+			sb.WriteString(url.QueryEscape(v))
 		}
-		sb.WriteString(url.QueryEscape(p.k))
-		sb.WriteByte('=')
-		sb.WriteString(url.QueryEscape(p.v))
 	}
 	return sb.String()
 }
@@ -227,7 +243,11 @@ func canonicalPath(u *url.URL) string {
 // insignificant whitespace, strings escaped one way (only '"', '\' and control
 // characters; \u00e9 and é are equal) and numbers in one decimal form
 // (1, 1.0 and 10e-1 all become 1; 1.5 becomes 15e-1, 100 becomes 1e2) without
-// losing precision. Documents that are ambiguous or malformed fail with
+// losing precision. Numbers thus compare by value, not spelling, which is
+// safe for fingerprints: documents that both decode into one Go type decode
+// to equal values, since integer types accept only integer spellings and
+// equal decimal values parse to the same float. Object keys compare exactly,
+// case included. Documents that are ambiguous or malformed fail with
 // ErrInvalidBody: invalid UTF-8, duplicate object keys, unpaired surrogate
 // escapes, trailing data, nesting deeper than 10000 and exponents beyond ±1e9.
 func CanonicalJSON(data []byte) ([]byte, error) {
@@ -253,23 +273,134 @@ const (
 
 // fieldFilter applies FingerprintConfig's field lists to the top-level object.
 type fieldFilter struct {
-	allow map[string]struct{} // nil: every field not denied counts
-	deny  map[string]struct{}
+	hasAllow bool // false: every field not denied counts
+	// byFold maps the folded form of each listed name to the listed names
+	// with that form (nearly always one), so one lookup finds both a listed
+	// name and a name that is listed only ignoring case.
+	byFold map[string][]listedName
 }
 
-// drops reports whether the member key: value leaves the fingerprint. An
-// allow-listed null is dropped so that it equals an absent field.
-func (f *fieldFilter) drops(key, value []byte) bool {
-	if _, ok := f.deny[string(key)]; ok {
+type listedName struct {
+	name        string
+	allow, deny bool
+	ownFold     bool // name is its own folded form
+}
+
+// add returns the entry for name, created if new.
+func (f *fieldFilter) add(name string) *listedName {
+	k := name
+	if folded, same := appendFoldedName(nil, []byte(name)); !same {
+		k = string(folded)
+	}
+	names := f.byFold[k]
+	for i := range names {
+		if names[i].name == name {
+			return &names[i]
+		}
+	}
+	f.byFold[k] = append(names, listedName{name: name, ownFold: k == name})
+	return &f.byFold[k][len(f.byFold[k])-1]
+}
+
+// match returns the name of names, listed names of one folded form, that
+// key is exactly, or nil; and when key is none of them, the first as
+// misspelt.
+func match(names []listedName, key []byte) (listed *listedName, misspelt string) {
+	for i := range names {
+		if names[i].name == string(key) {
+			return &names[i], ""
+		}
+	}
+	if len(names) > 0 {
+		return nil, names[0].name
+	}
+	return nil, ""
+}
+
+// drops reports whether a member leaves the fingerprint: a denied one, and
+// with an allow-list one not allowed or allowed but null, so that null
+// equals an absent field. Deny wins.
+func (f *fieldFilter) drops(listed *listedName, value []byte) bool {
+	if listed != nil && listed.deny {
 		return true
 	}
-	if f.allow == nil {
-		return false
+	return f.hasAllow && (listed == nil || !listed.allow || string(value) == "null")
+}
+
+// appendFoldedName appends name folded so that two names fold alike exactly
+// when bytes.EqualFold reports them equal, which is how encoding/json
+// matches names to struct fields: each rune becomes one chosen rune of its
+// unicode.SimpleFold orbit (so 'ſ' and 'S' become 's', the Kelvin sign
+// 'k'). The chosen rune is the ASCII lower-case letter where the orbit has
+// one, else its smallest rune, so that the usual lower-case names are their
+// own folded form: then it appends nothing and reports same, to spare the
+// copy. name must be valid UTF-8.
+func appendFoldedName(dst, name []byte) (folded []byte, same bool) {
+	i := 0
+	// Skip eight bytes at a time while none is non-ASCII or in 'A'..'Z':
+	// with the high bits cleared, adding 0x3f sets a byte's high bit from
+	// 'A' up and adding 0x25 from 'Z'+1 up, never carrying into the next.
+	const high = 0x8080808080808080
+	for ; i+8 <= len(name); i += 8 {
+		w := binary.LittleEndian.Uint64(name[i:])
+		x := w &^ high
+		if (w|(x+0x3f3f3f3f3f3f3f3f)&^(x+0x2525252525252525))&high != 0 {
+			break
+		}
 	}
-	if _, ok := f.allow[string(key)]; !ok {
-		return true
+	for i < len(name) {
+		b := name[i]
+		if b >= utf8.RuneSelf {
+			r, n := utf8.DecodeRune(name[i:])
+			if foldRune(r) != r {
+				break
+			}
+			i += n
+			continue
+		}
+		if 'A' <= b && b <= 'Z' {
+			break
+		}
+		i++
 	}
-	return string(value) == "null"
+	if i == len(name) {
+		return dst, true
+	}
+	dst = append(dst, name[:i]...)
+	for i < len(name) {
+		b := name[i]
+		if b < utf8.RuneSelf {
+			if 'A' <= b && b <= 'Z' {
+				b += 'a' - 'A'
+			}
+			dst = append(dst, b)
+			i++
+			continue
+		}
+		r, n := utf8.DecodeRune(name[i:])
+		dst = utf8.AppendRune(dst, foldRune(r))
+		i += n
+	}
+	return dst, false
+}
+
+// foldRune returns the rune appendFoldedName chooses for r's orbit.
+func foldRune(r rune) rune {
+	smallest := r
+	for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
+		smallest = min(smallest, f)
+	}
+	if 'A' <= smallest && smallest <= 'Z' {
+		return smallest + 'a' - 'A'
+	}
+	return smallest
+}
+
+// foldedKey is a top-level key and its folded form in
+// canonicalizer.folded, while checkFoldedKeys looks for equal forms.
+type foldedKey struct {
+	m               *jsonMember
+	foldAt, foldLen int
 }
 
 // jsonMember locates one object member while its object is canonicalised.
@@ -292,6 +423,13 @@ type canonicalizer struct {
 	keys    []byte       // decoded keys that had escapes, stack-like
 	members []jsonMember // members of the open objects, stack-like
 	tmp     []byte       // scratch for reordering an object's members
+
+	// Used only with a field filter, for the top-level object's keys.
+	folded      []byte      // scratch for folded keys
+	foldedKeys  []foldedKey // scratch for checkFoldedKeys
+	foldChanged bool        // some key differs from its folded form
+	misspelt    []byte      // the first key listed only ignoring case, if misspeltAs is set
+	misspeltAs  string      // the listed name it folds to
 }
 
 var canonicalizerPool = sync.Pool{New: func() any { return new(canonicalizer) }}
@@ -301,9 +439,10 @@ func getCanonicalizer() *canonicalizer {
 }
 
 func putCanonicalizer(c *canonicalizer) {
-	c.data = nil // do not keep the caller's body reachable
+	c.data, c.misspelt = nil, nil // do not keep the caller's body reachable
 	if cap(c.out) > maxPooledBuffer || cap(c.tmp) > maxPooledBuffer ||
-		cap(c.keys) > maxPooledBuffer || cap(c.members) > maxPooledBuffer/64 {
+		cap(c.keys) > maxPooledBuffer || cap(c.members) > maxPooledBuffer/64 ||
+		cap(c.folded) > maxPooledBuffer || cap(c.foldedKeys) > maxPooledBuffer/64 {
 		return
 	}
 	canonicalizerPool.Put(c)
@@ -321,6 +460,7 @@ func (c *canonicalizer) canonicalize(data []byte, filter *fieldFilter) error {
 	c.members, c.keys = c.members[:0], c.keys[:0]
 	c.skipSpace()
 	if filter != nil {
+		c.foldChanged, c.misspelt, c.misspeltAs = false, nil, ""
 		if c.pos == len(data) || data[c.pos] != '{' {
 			return fmt.Errorf("%w: field lists need a JSON object at the top level", ErrInvalidBody)
 		}
@@ -508,8 +648,8 @@ func (c *canonicalizer) object(filter *fieldFilter) error {
 		c.members = append(c.members, jsonMember{
 			keyAt: keyAt, keyLen: keyLen, escapedKey: escaped, start: start, end: len(c.out),
 		})
-		if m := &c.members[len(c.members)-1]; filter != nil && filter.drops(c.key(m), c.out[valueStart:]) {
-			m.drop, dropped = true, true
+		if filter != nil && c.filterMember(filter, &c.members[len(c.members)-1], c.out[valueStart:]) {
+			dropped = true
 		}
 		c.skipSpace()
 		if c.pos >= len(c.data) {
@@ -541,6 +681,11 @@ func (c *canonicalizer) object(filter *fieldFilter) error {
 			}
 		}
 	}
+	if filter != nil {
+		if err := c.checkFoldedKeys(ms); err != nil {
+			return err
+		}
+	}
 	if !sorted || dropped {
 		c.tmp = append(c.tmp[:0], c.out[objStart:]...)
 		c.out = c.out[:objStart+1]
@@ -560,6 +705,84 @@ func (c *canonicalizer) object(filter *fieldFilter) error {
 	c.members, c.keys = c.members[:memBase], c.keys[:keyBase]
 	c.depth--
 	return nil
+}
+
+// filterMember applies the field lists to the top-level member m, noting
+// whether its key differs from its folded form and whether it is a listed
+// name only ignoring case, for checkFoldedKeys. It reports whether m is
+// dropped.
+func (c *canonicalizer) filterMember(filter *fieldFilter, m *jsonMember, value []byte) bool {
+	key := c.key(m)
+	// The common case first: a listed name that is its own folded form,
+	// found without folding the key.
+	names := filter.byFold[string(key)]
+	for i := range names {
+		if names[i].ownFold && names[i].name == string(key) {
+			m.drop = filter.drops(&names[i], value)
+			return m.drop
+		}
+	}
+	if folded, same := appendFoldedName(c.folded[:0], key); !same {
+		// Only a key that is its own folded form can be a map key.
+		c.folded, c.foldChanged = folded[:0], true
+		names = filter.byFold[string(folded)]
+	}
+	listed, misspelt := match(names, key)
+	if misspelt != "" && c.misspeltAs == "" {
+		// The key stays where it is (data or keys) until the object closes.
+		c.misspelt, c.misspeltAs = key, misspelt
+	}
+	m.drop = filter.drops(listed, value)
+	return m.drop
+}
+
+// checkFoldedKeys refuses a filtered top-level object, whose members ms
+// have no duplicate keys, if encoding/json and the field lists could read
+// its names differently: two names equal ignoring case (encoding/json
+// decodes the last into one field, a strict decoder rejects the body, and
+// no fingerprint can agree with both), or a name equal to a listed one only
+// ignoring case (encoding/json decodes it into the listed field, the field
+// lists treat it as another).
+//
+// When every key is its own folded form, as lower-case names are, equal
+// folded forms would be equal keys, so there is nothing to look for.
+// Otherwise sorting the folded forms finds equal ones in O(n log n) without
+// allocating; ties sort in input order, so a pair is named as sent.
+func (c *canonicalizer) checkFoldedKeys(ms []jsonMember) error {
+	if c.foldChanged {
+		c.folded, c.foldedKeys = c.folded[:0], c.foldedKeys[:0]
+		for i := range ms {
+			at := len(c.folded)
+			folded, same := appendFoldedName(c.folded, c.key(&ms[i]))
+			if same {
+				folded = append(folded, c.key(&ms[i])...)
+			}
+			c.folded = folded
+			c.foldedKeys = append(c.foldedKeys, foldedKey{m: &ms[i], foldAt: at, foldLen: len(folded) - at})
+		}
+		fks := c.foldedKeys
+		slices.SortFunc(fks, func(a, b foldedKey) int {
+			if d := bytes.Compare(c.foldOf(&a), c.foldOf(&b)); d != 0 {
+				return d
+			}
+			return a.m.start - b.m.start // input order
+		})
+		for i := 1; i < len(fks); i++ {
+			if bytes.Equal(c.foldOf(&fks[i-1]), c.foldOf(&fks[i])) {
+				return fmt.Errorf("%w: JSON: names %+q and %+q are equal ignoring case; send each field once, spelled exactly",
+					ErrInvalidBody, c.key(fks[i-1].m), c.key(fks[i].m))
+			}
+		}
+	}
+	if c.misspeltAs != "" {
+		return fmt.Errorf("%w: JSON: name %+q is the field %+q ignoring case; spell listed fields exactly",
+			ErrInvalidBody, c.misspelt, c.misspeltAs)
+	}
+	return nil
+}
+
+func (c *canonicalizer) foldOf(fk *foldedKey) []byte {
+	return c.folded[fk.foldAt : fk.foldAt+fk.foldLen]
 }
 
 // str canonicalises the string at c.pos. For keys it also returns where the

@@ -290,7 +290,7 @@ func TestFingerprint_MethodRouteAndBody_AllCount(t *testing.T) {
 	}
 }
 
-func TestFingerprint_QueryOrder_DoesNotMatter(t *testing.T) {
+func TestFingerprint_QueryNameOrder_DoesNotMatter(t *testing.T) {
 	t.Parallel()
 	fp := idempotency.NewFingerprint(idempotency.FingerprintConfig{})
 	a := fingerprint(t, fp, http.MethodPost, "/orders?a=1&b=2", "", "")
@@ -299,14 +299,30 @@ func TestFingerprint_QueryOrder_DoesNotMatter(t *testing.T) {
 	require.NotEqual(t, a, fingerprint(t, fp, http.MethodPost, "/orders?a=2&b=1", "", ""))
 }
 
-func TestCanonicalRoute_SortsQueryAndEscapesOneWay(t *testing.T) {
+func TestFingerprint_RepeatedQueryName_ValueOrderCounts(t *testing.T) {
+	t.Parallel()
+	// r.URL.Query().Get("sku") is the first value sent, so the handler
+	// sees sku 1 in the first request and sku 2 in the second.
+	fp := idempotency.NewFingerprint(idempotency.FingerprintConfig{})
+	require.NotEqual(t,
+		fingerprint(t, fp, http.MethodPost, "/orders?sku=1&sku=2", "", ""),
+		fingerprint(t, fp, http.MethodPost, "/orders?sku=2&sku=1", "", ""))
+	require.Equal(t,
+		fingerprint(t, fp, http.MethodPost, "/orders?sku=1&a=0&sku=2", "", ""),
+		fingerprint(t, fp, http.MethodPost, "/orders?a=0&sku=1&sku=2", "", ""))
+}
+
+func TestCanonicalRoute_SortsQueryNamesKeepsValueOrderAndEscapesOneWay(t *testing.T) {
 	t.Parallel()
 	tests := []struct{ target, want string }{
 		{"/orders", "/orders"},
 		{"/orders?", "/orders"},
 		{"/orders?&&", "/orders"},
 		{"/orders?b=2&a=1", "/orders?a=1&b=2"},
-		{"/orders?a=2&b=0&a=1", "/orders?a=1&a=2&b=0"},
+		{"/orders?a=2&b=0&a=1", "/orders?a=2&a=1&b=0"},
+		{"/orders?sku=2&sku=1", "/orders?sku=2&sku=1"},
+		{"/orders?sku=1&sku=2", "/orders?sku=1&sku=2"},
+		{"/orders?b=&a=3&b=x&a=1&a=2", "/orders?a=3&a=1&a=2&b=&b=x"},
 		{"/orders?a", "/orders?a="},
 		{"/orders?q=a+b", "/orders?q=a+b"},
 		{"/orders?q=a%20b", "/orders?q=a+b"},
@@ -659,6 +675,31 @@ var orderBody = func() string {
 func BenchmarkFingerprint_OrderBody(b *testing.B) {
 	fp := idempotency.NewFingerprint(idempotency.FingerprintConfig{IgnoreFields: []string{"timestamp", "trace_id"}})
 	r, body := fpRequest(http.MethodPost, "/v1/orders", "application/json", orderBody)
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := fp(r, body); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkFingerprint_OrderBody_WholeBody(b *testing.B) {
+	fp := idempotency.NewFingerprint(idempotency.FingerprintConfig{})
+	r, body := fpRequest(http.MethodPost, "/v1/orders", "application/json", orderBody)
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := fp(r, body); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkFingerprint_CreateOrder_AllowList(b *testing.B) {
+	fp := idempotency.NewFingerprint(idempotency.FingerprintConfig{Fields: []string{"user_id", "sku_id", "quantity", "coupon_id"}})
+	r, body := fpRequest(http.MethodPost, "/orders", "application/json",
+		`{"user_id":7,"sku_id":20001,"quantity":2,"coupon_id":17,"order_no":"O2026010203ab"}`)
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
 	for b.Loop() {
