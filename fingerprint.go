@@ -723,7 +723,8 @@ func (c *canonicalizer) filterMember(filter *fieldFilter, m *jsonMember, value [
 		}
 	}
 	if folded, same := appendFoldedName(c.folded[:0], key); !same {
-		// Only a key that is its own folded form can be a map key.
+		// Map keys are folded forms, so the lookup above missed: look up
+		// the key's folded form instead.
 		c.folded, c.foldChanged = folded[:0], true
 		names = filter.byFold[string(folded)]
 	}
