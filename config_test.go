@@ -8,15 +8,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/orderguard/idempotency"
-	"github.com/orderguard/idempotency/sqlite"
 )
 
 func TestNew_RefusesConfigurationsThatWouldBreakTheGuarantees(t *testing.T) {
 	t.Parallel()
-	db, err := sqlite.Open(t.TempDir() + "/c.db")
-	require.NoError(t, err)
-	t.Cleanup(func() { db.Close() })
-	store := sqlite.NewStore(db)
+	store := idempotency.NewMySQLStore(nil) // New only keeps it
 
 	cases := map[string]struct {
 		cfg  idempotency.Config
@@ -38,7 +34,7 @@ func TestNew_RefusesConfigurationsThatWouldBreakTheGuarantees(t *testing.T) {
 			require.ErrorContains(t, err, c.want)
 		})
 	}
-	_, err = idempotency.New(nil, nil)
+	_, err := idempotency.New(nil, nil)
 	require.ErrorContains(t, err, "needs a Store")
 	_, err = idempotency.New(store, nil)
 	require.NoError(t, err, "nil config means the defaults")

@@ -2,63 +2,53 @@ package idempotency_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
+	"log"
 	"net/http"
-	"net/http/httptest"
-	"os"
-	"path/filepath"
-	"strings"
 
 	"github.com/orderguard/idempotency"
-	"github.com/orderguard/idempotency/sqlite"
 )
 
-// A retried create replays the first answer; a changed request under the
-// same key is refused; only one order exists.
+// Wrap the create-order handler. Its business writes go into the
+// transaction the middleware opened; the order and the answer commit
+// together, and every retry with the same Idempotency-Key gets the same
+// answer. (A runnable version over SQLite is sqlite.Example_middleware.)
 func Example() {
-	dir, _ := os.MkdirTemp("", "idempotency-example")
-	defer os.RemoveAll(dir)
-	db, _ := sqlite.Open(filepath.Join(dir, "orders.db"))
-	defer db.Close()
-	_ = sqlite.Migrate(context.Background(), db)
-
-	mw, _ := idempotency.New(sqlite.NewStore(db), &idempotency.Config{
+	db, err := sql.Open("mysql", "app@tcp(127.0.0.1:3306)/shop?parseTime=true&interpolateParams=true")
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := idempotency.Migrate(context.Background(), db); err != nil {
+		log.Fatal(err)
+	}
+	mw, err := idempotency.New(idempotency.NewMySQLStore(db), &idempotency.Config{
+		// The principal that owns the key, in one canonical spelling.
+		ScopeFunc: func(r *http.Request) (string, error) { return r.Header.Get("X-Authenticated-User"), nil },
+		// Only what changes the order counts.
 		Fingerprint: idempotency.FingerprintConfig{Fields: []string{"sku_id", "quantity"}},
 	})
-	created := 0
-	handler := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	if err != nil {
+		log.Fatal(err)
+	}
+	createOrder := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tx, _ := idempotency.TxFromContext(r.Context())
 		scope, key, _ := idempotency.KeyFromContext(r.Context())
-		created++
-		order := &idempotency.Order{OrderNo: fmt.Sprint("O-", created), Scope: scope, IdempotencyKey: key,
-			UserID: 1, SKUID: 20001, Quantity: 1}
+		order := &idempotency.Order{OrderNo: "O-1", Scope: scope, IdempotencyKey: key, UserID: 1, SKUID: 20001, Quantity: 1}
 		if err := idempotency.CreateOrder(r.Context(), tx, order); err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
+			status := http.StatusInternalServerError
+			if idempotency.IsTransient(err) {
+				w.Header().Set("Retry-After", "1")
+				status = http.StatusServiceUnavailable
+			}
+			http.Error(w, err.Error(), status)
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusCreated)
 		fmt.Fprintf(w, `{"order_no":%q}`, order.OrderNo)
-	}))
-
-	send := func(body string) {
-		req := httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Idempotency-Key", "agent-run-7f3a91c4/call-1")
-		rec := httptest.NewRecorder()
-		handler.ServeHTTP(rec, req)
-		fmt.Println(rec.Code, rec.Header().Get("Idempotent-Replayed"), strings.TrimSpace(rec.Body.String()))
-	}
-	send(`{"sku_id":20001,"quantity":1}`)
-	send(`{"quantity":1,"sku_id":20001,"trace_id":"retry-2"}`) // a retry: same action
-	send(`{"sku_id":20001,"quantity":2}`)                      // a changed request: refused
-
-	var orders int
-	_ = db.QueryRow(`SELECT COUNT(*) FROM purchase_order`).Scan(&orders)
-	fmt.Println("orders:", orders)
-	// Output:
-	// 201  {"order_no":"O-1"}
-	// 201 true {"order_no":"O-1"}
-	// 409  {"type":"urn:orderguard:problem:key-reused","title":"Idempotency key reused","status":409,"detail":"This key was already used with a different request. Use a new key for a new action."}
-	// orders: 1
+	})
+	mux := http.NewServeMux()
+	mux.Handle("POST /orders", mw.Handler(createOrder))
+	_ = http.ListenAndServe("127.0.0.1:8080", mux)
 }

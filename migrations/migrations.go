@@ -127,6 +127,13 @@ func Apply(ctx context.Context, db *sql.DB, dialect string) error {
 	return apply(ctx, db, dialect, math.MaxInt)
 }
 
+// ApplyTo is Apply stopping after version target: it migrates a database up
+// to a given version, not past it (a staged rollout, or a test building the
+// state a crash in migration target+1 leaves).
+func ApplyTo(ctx context.Context, db *sql.DB, dialect string, target int) error {
+	return apply(ctx, db, dialect, target)
+}
+
 // apply is Apply stopping after version target.
 func apply(ctx context.Context, db *sql.DB, dialect string, target int) (err error) {
 	list, err := List(dialect)

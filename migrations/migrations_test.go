@@ -3,15 +3,14 @@ package migrations_test
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/orderguard/idempotency/internal/testdb"
 	"github.com/orderguard/idempotency/migrations"
-	"github.com/orderguard/idempotency/sqlite"
 )
 
 func TestList_EveryDialectHasTheSameVersionsWithUpAndDown(t *testing.T) {
@@ -160,9 +159,7 @@ func TestMigrations_EveryStatementIsIdempotentOrGuarded(t *testing.T) {
 
 func TestStep_RunsOnlyWhenItsGuardReturnsNonZero(t *testing.T) {
 	t.Parallel()
-	db, err := sqlite.Open(filepath.Join(t.TempDir(), "steps.db"))
-	require.NoError(t, err)
-	t.Cleanup(func() { db.Close() })
+	db, _ := testdb.MySQL(t)
 	ctx := context.Background()
 	conn, err := db.Conn(ctx)
 	require.NoError(t, err)
@@ -179,12 +176,12 @@ func TestStep_RunsOnlyWhenItsGuardReturnsNonZero(t *testing.T) {
 		{name: "one", runIf: "SELECT 1", wantRan: true},
 		{name: "a count above one", runIf: "SELECT 2", wantRan: true},
 		{name: "NULL", runIf: "SELECT NULL", wantErr: "run if: the query returned NULL"},
-		{name: "no row", runIf: "SELECT 1 WHERE 0", wantErr: "run if: sql: no rows in result set"},
+		{name: "no row", runIf: "SELECT 1 FROM DUAL WHERE 0", wantErr: "run if: sql: no rows in result set"},
 		{name: "a failing query", runIf: "SELECT nope", wantErr: "run if: "},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			table := fmt.Sprintf("guarded_%d", i)
-			ran, err := migrations.RunStep(ctx, conn, migrations.Step{SQL: "CREATE TABLE " + table + " (x INTEGER)", RunIf: tc.runIf})
+			ran, err := migrations.Step{SQL: "CREATE TABLE " + table + " (x INTEGER)", RunIf: tc.runIf}.Run(ctx, conn)
 			if tc.wantErr != "" {
 				require.ErrorContains(t, err, tc.wantErr)
 			} else {
@@ -192,7 +189,7 @@ func TestStep_RunsOnlyWhenItsGuardReturnsNonZero(t *testing.T) {
 			}
 			require.Equal(t, tc.wantRan, ran)
 			var n int
-			require.NoError(t, conn.QueryRowContext(ctx, "SELECT COUNT(*) FROM sqlite_master WHERE name = ?", table).Scan(&n))
+			require.NoError(t, conn.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = ?", table).Scan(&n))
 			require.Equal(t, tc.wantRan, n == 1, "the statement ran")
 		})
 	}

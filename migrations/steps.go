@@ -130,6 +130,12 @@ func cutDirective(trimmed string) (query string, ok bool, err error) {
 	return query, true, nil
 }
 
+// Run executes the step on conn as Apply does, unless its guard finds the
+// effect already there, and reports whether the statement ran.
+func (s Step) Run(ctx context.Context, conn *sql.Conn) (bool, error) {
+	return s.run(ctx, conn)
+}
+
 // run executes the step on conn unless its guard finds the effect already
 // there, and reports whether the statement ran.
 func (s Step) run(ctx context.Context, conn *sql.Conn) (bool, error) {

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs the whole test suite: vet, gofmt, and go test -race over every package.
+# Runs the whole test suite: gofmt, vet, and go test -race over every package
+# of every module in the workspace.
 #
 # The suite needs a MySQL-compatible server (MariaDB 10.6+ or MySQL 8) for
 # everything that depends on the database. It uses IDEMPOTENCY_TEST_MYSQL_DSN
@@ -30,8 +31,11 @@ unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go')
 if [[ -n "$unformatted" ]]; then
   echo "gofmt would change:"; echo "$unformatted"; exit 1
 fi
-go vet ./...
-go test -race -count=1 -timeout 20m ./...
+# Every module of the workspace (go.work): the root module and the adapters,
+# stores, examples and programs that are modules of their own.
+all=github.com/orderguard/idempotency/...
+go vet "$all"
+go test -race -count=1 -timeout 20m "$all"
 
 # The MySQL-dependent suites again with MariaDB's innodb_snapshot_isolation
 # ON (the default since MariaDB 11.6.2; a session variable on 10.6.18+ and
@@ -44,11 +48,9 @@ if [[ "${IDEMPOTENCY_TEST_SNAPSHOT_ISOLATION:-}" == 1 ]] || { [[ -z "${IDEMPOTEN
   sep='?'; [[ "$dsn" == *\?* ]] && sep='&'
   echo "test.sh: MySQL suites with innodb_snapshot_isolation=ON"
   IDEMPOTENCY_TEST_MYSQL_DSN="${dsn}${sep}innodb_snapshot_isolation=ON" \
-    go test -count=1 -timeout 20m . ./examples/... ./migrations/... ./storetest/...
+    go test -count=1 -timeout 20m github.com/orderguard/idempotency \
+      github.com/orderguard/idempotency/examples/... github.com/orderguard/idempotency/migrations/...
 elif [[ "${CI:-}" == "true" ]]; then
   echo "test.sh: the server has no innodb_snapshot_isolation; CI needs MariaDB 10.6.18+" >&2
   exit 1
 fi
-
-# The benchmark program is its own module (it pulls in peers).
-(cd cmd/idembench && go vet ./... && go test -count=1 ./...)

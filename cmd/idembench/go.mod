@@ -28,6 +28,7 @@ require (
 	github.com/mattn/go-colorable v0.1.14 // indirect
 	github.com/mattn/go-isatty v0.0.24 // indirect
 	github.com/ncruces/go-strftime v1.1.0 // indirect
+	github.com/orderguard/idempotency/sqlite v0.0.0
 	github.com/philhofer/fwd v1.2.0 // indirect
 	github.com/redis/go-redis/v9 v9.23.0 // indirect
 	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
@@ -47,3 +48,5 @@ require (
 )
 
 replace github.com/orderguard/idempotency => ../..
+
+replace github.com/orderguard/idempotency/sqlite => ../../sqlite

@@ -116,7 +116,7 @@ func TestCreate_DatabaseErrorInTheHandler_TransientIs503RetryAfter_OtherIs500_No
 func TestCreate_Unprotected_TransientHandlerErrorIs503RetryAfter_OtherIs500(t *testing.T) {
 	t.Parallel()
 	fault := &nextFault{}
-	b := startOrderService(t, "sqlite", orderservice.Options{Idempotency: false, AfterCreate: fault.afterCreate})
+	b := startOrderService(t, "mysql", orderservice.Options{Idempotency: false, AfterCreate: fault.afterCreate})
 	for _, tc := range handlerFaults() {
 		t.Run(tc.name, func(t *testing.T) {
 			before := b.orders(t)

@@ -63,7 +63,7 @@ func TestScope_SpellingOfOnePrincipal_WithAnotherBody_IsTheSameKeysConflict(t *t
 // HTTP trims them from header values.)
 func TestScope_HeaderThatIsNotAPositiveDecimal_Is401(t *testing.T) {
 	t.Parallel()
-	b := startOrderService(t, "sqlite", orderservice.Options{Idempotency: true})
+	b := startOrderService(t, "mysql", orderservice.Options{Idempotency: true})
 	for _, user := range []string{"", "0", "-7", "+-7", "7.0", "0x7", "7_0", "seven", "99999999999999999999"} {
 		t.Run(user, func(t *testing.T) {
 			a := b.create(t, user, "k-"+user, `{"user_id":7,"sku_id":20001,"quantity":1}`)

@@ -1,4 +1,4 @@
-package examples_test
+package metrics_test
 
 import (
 	"bytes"
@@ -40,7 +40,7 @@ type rule struct {
 
 func loadRules(t *testing.T) ruleFile {
 	t.Helper()
-	data, err := os.ReadFile("alerts.rules.yml")
+	data, err := os.ReadFile("../examples/alerts.rules.yml")
 	require.NoError(t, err)
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
