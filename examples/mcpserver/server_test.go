@@ -26,15 +26,19 @@ var update = flag.Bool("update", false, "rewrite docs/create_order.tool.json fro
 
 const toolFile = "../../docs/create_order.tool.json"
 
-// env is a real order service (SQLite, idempotency on) on httptest, the MCP
-// server over it, and an MCP client session connected in memory.
-type env struct {
+// orderAPI is a real example order service (SQLite, idempotency on) on
+// httptest, counting the requests that reach it.
+type orderAPI struct {
+	URL      string
+	HTTP     *http.Client
 	db       *sql.DB
-	cs       *mcp.ClientSession
 	requests atomic.Int64 // HTTP requests that reached the order API
 }
 
-func newEnv(t *testing.T) *env {
+// startOrderAPI starts the order service in a fresh database. before, when
+// not nil, runs first on every request (tests use it to hold a call in
+// flight).
+func startOrderAPI(t *testing.T, before func(*http.Request)) *orderAPI {
 	t.Helper()
 	ctx := context.Background()
 	db, err := sqlite.Open(filepath.Join(t.TempDir(), "orders.db"))
@@ -49,14 +53,40 @@ func newEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{db: db}
+	a := &orderAPI{db: db}
 	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		e.requests.Add(1)
+		a.requests.Add(1)
+		if before != nil {
+			before(r)
+		}
 		svc.ServeHTTP(w, r)
 	}))
 	t.Cleanup(ts.Close)
+	a.URL, a.HTTP = ts.URL, ts.Client()
+	return a
+}
 
-	srv := NewServer(ts.URL, &client.Client{HTTP: ts.Client()})
+func (a *orderAPI) orders(t *testing.T) int {
+	t.Helper()
+	var n int
+	if err := a.db.QueryRow(`SELECT COUNT(*) FROM purchase_order`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// env is the order API, the MCP server over it, and an MCP client session
+// connected in memory.
+type env struct {
+	*orderAPI
+	cs *mcp.ClientSession
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	ctx := context.Background()
+	a := startOrderAPI(t, nil)
+	srv := NewServer(a.URL, &client.Client{HTTP: a.HTTP})
 	st, ct := mcp.NewInMemoryTransports()
 	ss, err := srv.Connect(ctx, st, nil)
 	if err != nil {
@@ -68,13 +98,19 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cs.Close() })
-	e.cs = cs
-	return e
+	return &env{orderAPI: a, cs: cs}
 }
 
 func (e *env) call(t *testing.T, tool string, args map[string]any) (*mcp.CallToolResult, WriteResult) {
 	t.Helper()
-	res, err := e.cs.CallTool(context.Background(), &mcp.CallToolParams{Name: tool, Arguments: args})
+	return callTool(t, e.cs, tool, args)
+}
+
+// callTool calls tool over cs, failing the test on a protocol error, and
+// decodes the structured result.
+func callTool(t *testing.T, cs *mcp.ClientSession, tool string, args map[string]any) (*mcp.CallToolResult, WriteResult) {
+	t.Helper()
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: tool, Arguments: args})
 	if err != nil {
 		t.Fatalf("%s: protocol error: %v", tool, err)
 	}
@@ -89,15 +125,6 @@ func (e *env) call(t *testing.T, tool string, args map[string]any) (*mcp.CallToo
 		}
 	}
 	return res, out
-}
-
-func (e *env) orders(t *testing.T) int {
-	t.Helper()
-	var n int
-	if err := e.db.QueryRow(`SELECT COUNT(*) FROM purchase_order`).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
 }
 
 func text(res *mcp.CallToolResult) string {
