@@ -17,7 +17,8 @@
 //	-handler-delay D       artificial delay inside the create transaction (default 0)
 //	-idempotency=false     the same handlers without the middleware (baseline)
 //
-// GET /metrics serves the Prometheus metrics of package metrics.
+// GET /metrics serves the Prometheus metrics of package metrics, and
+// GET /openapi.yaml the API's OpenAPI 3.1 description (docs/openapi.yaml).
 //
 // IDEMPOTENCY_CRASH_POINT=after-claim|in-handler|during-finalize|after-commit|during-release
 // makes the server SIGKILL itself at that point of the first request that
@@ -34,6 +35,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -44,6 +46,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/orderguard/idempotency"
+	"github.com/orderguard/idempotency/docs"
 	"github.com/orderguard/idempotency/examples/orderservice"
 	"github.com/orderguard/idempotency/metrics"
 	"github.com/orderguard/idempotency/sqlite"
@@ -148,9 +151,7 @@ func run(args []string) error {
 		go runPurge(ctx, log, store, obs, f.purgeInterval)
 	}
 
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.Handle("/", crashBeforeResponse(point, svc))
+	mux := routes(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), crashBeforeResponse(point, svc))
 	srv := &http.Server{Addr: f.addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.ListenAndServe() }()
@@ -166,6 +167,23 @@ func run(args []string) error {
 		return err
 	}
 	return nil
+}
+
+// routes is the server's mux: the metrics, the API's OpenAPI document, and
+// the API itself for every other path.
+func routes(metricsHandler, api http.Handler) *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", metricsHandler)
+	mux.HandleFunc("GET /openapi.yaml", serveOpenAPI)
+	mux.Handle("/", api)
+	return mux
+}
+
+// serveOpenAPI answers the embedded docs/openapi.yaml, byte for byte.
+func serveOpenAPI(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/yaml")
+	w.Header().Set("Content-Length", strconv.Itoa(len(docs.OpenAPI)))
+	_, _ = w.Write(docs.OpenAPI)
 }
 
 // newReconciler returns the task that settles claims left by crashed
