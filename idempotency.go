@@ -55,6 +55,12 @@ func New(store Store, cfg *Config) (*Middleware, error) {
 	return m, nil
 }
 
+// Mode reports the route's recording mode. Adapters use it: in
+// ModeSinglePhase the handler may run more than once in one request (after
+// the database rolled a run back, or to renew a key past its retention), so
+// an adapter must be able to run it again.
+func (m *Middleware) Mode() Mode { return m.cfg.Mode }
+
 // Handler wraps next, the create-order (or any non-idempotent) handler. next
 // runs at most once per (scope, key) and fingerprint; it finds its
 // transaction with TxFromContext.
