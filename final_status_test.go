@@ -111,3 +111,17 @@ func TestDefaultIsFinal_StoresBusinessAnswersButNotRefusalsToAct(t *testing.T) {
 		require.Equal(t, final, idempotency.DefaultIsFinal(status), "status %d", status)
 	}
 }
+
+// A hijacked connection would answer before the commit and outside the
+// snapshot: http.ResponseController's Hijack stops at the recorder.
+func TestHijack_FromAProtectedHandler_IsRefused(t *testing.T) {
+	t.Parallel()
+	var hijackErr error
+	b := ledgerServer(t, idempotency.ModeClaimFirst, func(w http.ResponseWriter, r *http.Request) {
+		_, _, hijackErr = http.NewResponseController(w).Hijack()
+		w.WriteHeader(http.StatusCreated)
+	})
+	a := b.do(t, call{key: "hijack", body: `{"qty":1}`})
+	require.Equal(t, http.StatusCreated, a.Status)
+	require.ErrorIs(t, hijackErr, http.ErrNotSupported)
+}

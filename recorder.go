@@ -1,7 +1,10 @@
 package idempotency
 
 import (
+	"bufio"
 	"bytes"
+	"fmt"
+	"net"
 	"net/http"
 )
 
@@ -13,7 +16,8 @@ import (
 // It implements http.Flusher so that handlers which flush keep working, but a
 // flush only marks the response as started: nothing can reach the client
 // before the transaction commits. Unwrap exposes the real writer for
-// http.ResponseController.
+// http.ResponseController (deadlines, full duplex), but Hijack is refused
+// here: a hijacked connection would answer before the commit, unrecorded.
 type recorder struct {
 	w          http.ResponseWriter
 	header     http.Header
@@ -57,6 +61,13 @@ func (r *recorder) Flush() {
 	if r.status == 0 {
 		r.WriteHeader(http.StatusOK)
 	}
+}
+
+// Hijack implements http.Hijacker so that http.ResponseController stops
+// here instead of unwrapping to the client's connection: an idempotent
+// handler's answer is the recorded one.
+func (r *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	return nil, nil, fmt.Errorf("idempotency: a protected handler cannot hijack the connection: %w", http.ErrNotSupported)
 }
 
 // Unwrap returns the client's ResponseWriter.
