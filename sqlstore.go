@@ -99,6 +99,15 @@ type Dialect struct {
 	// Params: age µs, limit.
 	PurgeOlderThan string
 
+	// InsertSkipsDuplicate marks Claim, InsertFinal and InsertFinalInTx
+	// statements that insert nothing when a record holds the key (INSERT …
+	// ON CONFLICT DO NOTHING) instead of failing with a duplicate-key error:
+	// the store reports ErrKeyClaimed when such a statement affected no row.
+	// PostgreSQL uses it, where an error inside the business transaction
+	// aborts the transaction and every unique violation is logged as a
+	// server ERROR; a row count says the same with neither.
+	InsertSkipsDuplicate bool
+
 	// SingleWriter marks a database with one writer at a time (SQLite): an
 	// open business transaction holds the only write lock, so no other
 	// attempt can take its key over and ExtendLease need not (and, from a
@@ -213,10 +222,13 @@ func (s *SQLStore) exec(ctx context.Context, query string, args ...any) (sql.Res
 
 // Claim implements Store.
 func (s *SQLStore) Claim(ctx context.Context, c Claim) (Lease, error) {
-	_, err := s.exec(ctx, s.dialect.Claim, c.Scope, c.Key, c.Fingerprint, c.Owner,
+	res, err := s.exec(ctx, s.dialect.Claim, c.Scope, c.Key, c.Fingerprint, c.Owner,
 		c.Lease.Microseconds(), c.Retention.Microseconds())
+	if err == nil {
+		err = s.insertedNothing(res)
+	}
 	if err != nil {
-		if s.dialect.IsDuplicate(err) {
+		if errors.Is(err, ErrKeyClaimed) || s.dialect.IsDuplicate(err) {
 			return Lease{}, ErrKeyClaimed
 		}
 		return Lease{}, fmt.Errorf("idempotency: claim: %w", err)
@@ -323,12 +335,16 @@ func (s *SQLStore) InsertFinal(ctx context.Context, tx *sql.Tx, c Claim, st Stat
 		return err
 	}
 	args = append([]any{c.Scope, c.Key, c.Fingerprint, args[0], c.Owner}, args[1:5]...)
+	var res sql.Result
 	if tx != nil {
-		_, err = tx.ExecContext(ctx, s.sqlNow().InsertFinalInTx, args...)
+		res, err = tx.ExecContext(ctx, s.sqlNow().InsertFinalInTx, args...)
 	} else {
-		_, err = s.exec(ctx, s.dialect.InsertFinal, args...)
+		res, err = s.exec(ctx, s.dialect.InsertFinal, args...)
 	}
-	if s.dialect.IsDuplicate(err) {
+	if err == nil {
+		err = s.insertedNothing(res)
+	}
+	if errors.Is(err, ErrKeyClaimed) || s.dialect.IsDuplicate(err) {
 		return ErrKeyClaimed
 	}
 	if err != nil {
@@ -462,6 +478,22 @@ func (s *SQLStore) Purge(ctx context.Context, limit int) (int64, error) {
 		return 0, fmt.Errorf("idempotency: purge: %w", err)
 	}
 	return res.RowsAffected()
+}
+
+// insertedNothing returns ErrKeyClaimed when an insert of a dialect with
+// InsertSkipsDuplicate met an existing record and so affected no row.
+func (s *SQLStore) insertedNothing(res sql.Result) error {
+	if !s.dialect.InsertSkipsDuplicate {
+		return nil
+	}
+	n, err := res.RowsAffected()
+	switch {
+	case err != nil:
+		return err
+	case n == 0:
+		return ErrKeyClaimed
+	}
+	return nil
 }
 
 // fenced turns the result of a fenced statement into ErrLeaseLost when it

@@ -77,7 +77,8 @@ type Claim struct {
 // Store keeps idempotency records. Implementations translate driver errors
 // into this package's sentinels: ErrKeyClaimed, ErrRecordNotFound and
 // ErrLeaseLost. The stores shipped here are SQL stores (MySQL in this
-// package, SQLite in package sqlite); all pass storetest.Exercise.
+// package, SQLite in package sqlite, PostgreSQL in package postgres); all
+// pass storetest.Exercise.
 type Store interface {
 	// Claim inserts a PROCESSING record in its own autocommit statement. It
 	// returns ErrKeyClaimed if a record for the scope and key exists.

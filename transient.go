@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strings"
 	"syscall"
 
 	"github.com/go-sql-driver/mysql"
@@ -43,6 +44,8 @@ var ErrTransient = errors.New("idempotency: transient failure; retry with the sa
 //	any              1040 too many connections; 1053 server shutdown in
 //	                 progress; 1927 connection killed; 4031 disconnected by
 //	                 the server for inactivity
+//
+// PostgreSQL reports SQLSTATE codes instead (see transientSQLStates).
 var transientServerErrors = map[uint16]bool{
 	1020: true, 1040: true, 1047: true, 1053: true, 1205: true, 1213: true,
 	1927: true, 3101: true, 4031: true,
@@ -50,12 +53,44 @@ var transientServerErrors = map[uint16]bool{
 	9001: true, 9002: true, 9003: true, 9004: true, 9005: true, 9007: true,
 }
 
+// transientSQLStates are the SQLSTATE codes (PostgreSQL's, through any
+// driver whose errors have a SQLState() string method, as pgx's
+// *pgconn.PgError and lib/pq's *pq.Error do) after which the same work may
+// succeed if tried again. Matching the method rather than a driver type keeps
+// the drivers out of this module's dependencies.
+//
+//	40001  serialization failure (REPEATABLE READ, SERIALIZABLE): the
+//	       transaction was rolled back
+//	40P01  deadlock detected: the transaction was rolled back
+//	55P03  lock not available (lock_timeout, NOWAIT): the statement failed,
+//	       and in a transaction an error aborts the whole transaction
+//	57014  query canceled (statement_timeout)
+//	08xxx  connection exceptions; 53300 too many connections; 57P01,
+//	       57P02, 57P03 the server is shutting down or starting up
+var transientSQLStates = map[string]bool{
+	"40001": true, "40P01": true, "55P03": true, "57014": true,
+	"53300": true, "57P01": true, "57P02": true, "57P03": true,
+}
+
+// rollbackSQLStates are the transient SQLSTATE codes after which the whole
+// transaction is known to be rolled back.
+var rollbackSQLStates = map[string]bool{"40001": true, "40P01": true}
+
+// sqlState returns the SQLSTATE of a server error, if err carries one.
+func sqlState(err error) (string, bool) {
+	var se interface{ SQLState() string }
+	if !errors.As(err, &se) {
+		return "", false
+	}
+	return se.SQLState(), true
+}
+
 // IsTransient reports whether err is a failure that a retry of the same
 // request can overcome, as opposed to a bug or a permanent refusal: a
-// dropped or refused database connection, a server error from the list
-// above (deadlock, lock wait timeout, snapshot conflict, a cluster's
-// certification conflict), a deadline or cancellation (a handler's context
-// ends only when its lease budget runs out), or an error wrapping
+// dropped or refused database connection, a server error from the lists
+// above (deadlock, lock wait timeout, snapshot or serialization conflict, a
+// cluster's certification conflict), a deadline or cancellation (a handler's
+// context ends only when its lease budget runs out), or an error wrapping
 // ErrTransient.
 //
 // Handlers use it to classify their own database errors: answer a transient
@@ -68,6 +103,9 @@ func IsTransient(err error) bool {
 	var me *mysql.MySQLError
 	if errors.As(err, &me) {
 		return transientServerErrors[me.Number]
+	}
+	if state, ok := sqlState(err); ok {
+		return transientSQLStates[state] || strings.HasPrefix(state, "08")
 	}
 	var ne net.Error
 	switch {
@@ -96,7 +134,11 @@ func IsTransient(err error) bool {
 // dropped connection, it leaves no doubt that nothing committed.
 func isRollback(err error) bool {
 	var me *mysql.MySQLError
-	return errors.As(err, &me) && rollbackServerErrors[me.Number]
+	if errors.As(err, &me) {
+		return rollbackServerErrors[me.Number]
+	}
+	state, ok := sqlState(err)
+	return ok && rollbackSQLStates[state]
 }
 
 // rollbackServerErrors are the transient server errors after which the
@@ -111,5 +153,6 @@ var rollbackServerErrors = map[uint16]bool{
 // have executed the statement before it went away.
 func mayHaveLanded(err error) bool {
 	var me *mysql.MySQLError
-	return IsTransient(err) && !errors.As(err, &me)
+	_, answered := sqlState(err)
+	return IsTransient(err) && !errors.As(err, &me) && !answered
 }

@@ -3,7 +3,9 @@
 // recognise: NNN_name.up.sql and NNN_name.down.sql. Apply runs the pending up
 // migrations and records each applied version in schema_migrations.
 //
-// Most users call idempotency.Migrate (MySQL) or sqlite.Migrate instead.
+// Most users call idempotency.Migrate (MySQL), sqlite.Migrate or
+// postgres.Migrate instead. The PostgreSQL files live in the postgres module,
+// which registers them here (see Register).
 //
 // # Re-running after a crash
 //
@@ -44,13 +46,47 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 )
 
 //go:embed mysql/*.sql sqlite/*.sql
 var files embed.FS
 
-// FS returns the embedded migration files of dialect ("mysql" or "sqlite").
+// registered holds the migration files of dialects whose store lives in a
+// module of its own (see Register).
+var (
+	registeredMu sync.RWMutex
+	registered   = map[string]fs.FS{}
+)
+
+// Register makes the migration files in fsys (NNN_name.up.sql and
+// .down.sql at its root) the migrations of dialect, for List, FS, Apply and
+// ApplyTo: a store in a module of its own embeds its files and registers
+// them, as package postgres does for "postgres". Apply knows how to lock
+// "mysql", "sqlite" and "postgres". It panics if dialect is already known,
+// as sql.Register does.
+func Register(dialect string, fsys fs.FS) {
+	registeredMu.Lock()
+	defer registeredMu.Unlock()
+	if _, err := fs.Stat(files, dialect); err == nil || registered[dialect] != nil {
+		panic("migrations: Register called twice for dialect " + dialect)
+	}
+	registered[dialect] = fsys
+}
+
+// FS returns the migration files of dialect ("mysql", "sqlite", or a
+// registered one).
 func FS(dialect string) (fs.FS, error) {
+	registeredMu.RLock()
+	fsys := registered[dialect]
+	registeredMu.RUnlock()
+	if fsys != nil {
+		return fsys, nil
+	}
+	if _, err := fs.Stat(files, dialect); err != nil {
+		return nil, fmt.Errorf("migrations: unknown dialect %q", dialect)
+	}
 	return fs.Sub(files, dialect)
 }
 
@@ -64,9 +100,13 @@ type Migration struct {
 
 // List returns the migrations of dialect in version order.
 func List(dialect string) ([]Migration, error) {
-	entries, err := fs.ReadDir(files, dialect)
+	dir, err := FS(dialect)
 	if err != nil {
-		return nil, fmt.Errorf("migrations: unknown dialect %q", dialect)
+		return nil, err
+	}
+	entries, err := fs.ReadDir(dir, ".")
+	if err != nil {
+		return nil, fmt.Errorf("migrations: dialect %q: %w", dialect, err)
 	}
 	byVersion := map[int]*Migration{}
 	for _, e := range entries {
@@ -80,7 +120,7 @@ func List(dialect string) ([]Migration, error) {
 		if !ok || err != nil {
 			return nil, fmt.Errorf("migrations: file %s: want NNN_name.up.sql", name)
 		}
-		body, err := fs.ReadFile(files, dialect+"/"+name)
+		body, err := fs.ReadFile(dir, name)
 		if err != nil {
 			return nil, err
 		}
@@ -122,7 +162,10 @@ func cutDirection(name string) (base, direction string, ok bool) {
 // is already there. On SQLite it runs in one write transaction, so another
 // migrator waits for it up to the connection's busy_timeout, and a failure
 // or crash rolls the whole run back; SQLite migrations must therefore not
-// need to run outside a transaction (VACUUM, PRAGMA foreign_keys).
+// need to run outside a transaction (VACUUM, PRAGMA foreign_keys). On
+// PostgreSQL it holds a session advisory lock for the current schema,
+// waiting up to 30s, and each statement must be safe to repeat (IF [NOT]
+// EXISTS) or guarded, as on MySQL.
 func Apply(ctx context.Context, db *sql.DB, dialect string) error {
 	return apply(ctx, db, dialect, math.MaxInt)
 }
@@ -167,6 +210,22 @@ func apply(ctx context.Context, db *sql.DB, dialect string, target int) (err err
 			return fmt.Errorf("migrations: another process holds the migration lock for over 30s")
 		}
 		defer conn.ExecContext(context.WithoutCancel(ctx), "SELECT RELEASE_LOCK('orderguard_idempotency_migrate')") //nolint:errcheck
+	case "postgres":
+		// A session advisory lock, keyed by the schema the tables go to:
+		// migrators of one schema queue, those of other schemas do not.
+		const key = "hashtext(current_schema() || '.orderguard_idempotency_migrate')"
+		lockCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		_, err := conn.ExecContext(lockCtx, "SELECT pg_advisory_lock("+key+")")
+		cancel()
+		if err != nil {
+			return fmt.Errorf("migrations: lock (another process may hold it for over 30s): %w", err)
+		}
+		defer func() {
+			if _, err := conn.ExecContext(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock("+key+")"); err != nil {
+				// A pooled session would keep the lock: close it instead.
+				conn.Raw(func(any) error { return driver.ErrBadConn }) //nolint:errcheck
+			}
+		}()
 	case "sqlite":
 		// SQLite has no named lock. IMMEDIATE takes the write lock at BEGIN,
 		// so a second migrator waits here rather than reading a
@@ -229,9 +288,11 @@ func apply(ctx context.Context, db *sql.DB, dialect string, target int) (err err
 				return fmt.Errorf("migrations: %s %03d_%s statement %d: %w", dialect, m.Version, m.Name, i+1, err)
 			}
 		}
-		if _, err := conn.ExecContext(ctx,
-			"INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, CURRENT_TIMESTAMP)",
-			m.Version, m.Name); err != nil {
+		record := "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, CURRENT_TIMESTAMP)"
+		if dialect == "postgres" {
+			record = "INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, CURRENT_TIMESTAMP)"
+		}
+		if _, err := conn.ExecContext(ctx, record, m.Version, m.Name); err != nil {
 			return fmt.Errorf("migrations: record %03d_%s: %w", m.Version, m.Name, err)
 		}
 	}

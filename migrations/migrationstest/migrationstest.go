@@ -18,7 +18,8 @@ import (
 // Dialect is one database the migrations must work on: how a test gets a
 // fresh, empty database of it and how it describes that database's schema.
 type Dialect struct {
-	// Name is the migrations' dialect ("mysql", "sqlite").
+	// Name is the migrations' dialect ("mysql", "sqlite", or one registered
+	// with migrations.Register, such as "postgres").
 	Name string
 	// Open returns a fresh, empty database, closed when the test ends.
 	Open func(t *testing.T) *sql.DB
@@ -93,7 +94,9 @@ func testApply_AfterACrashBetweenAStatementAndItsVersionRow_CompletesOnRerun(t *
 		t.Run(fmt.Sprintf("%03d_%s", m.Version, m.Name), func(t *testing.T) {
 			// Every statement from version m on ran, but the process
 			// died before recording m.
-			_, err := db.Exec("DELETE FROM schema_migrations WHERE version >= ?", m.Version)
+			// The version is formatted in, not bound: placeholders are
+			// ? or $1 by dialect.
+			_, err := db.Exec(fmt.Sprintf("DELETE FROM schema_migrations WHERE version >= %d", m.Version))
 			require.NoError(t, err)
 
 			require.NoError(t, migrations.Apply(ctx, db, d.Name))

@@ -1,0 +1,63 @@
+// Package postgres is the idempotency store for PostgreSQL 13+ (tested on
+// 15), through pgx's database/sql driver (github.com/jackc/pgx/v5/stdlib),
+// so that idempotency.TxFromContext hands handlers a *sql.Tx as with every
+// other store. It is a module of its own: services on MySQL never get pgx
+// in their module graph.
+//
+//	db, err := postgres.Open("postgres://app@db:5432/shop?sslmode=disable")
+//	if err != nil { ... }
+//	if err := postgres.Migrate(ctx, db); err != nil { ... }
+//	mw, err := idempotency.New(postgres.NewStore(db), &idempotency.Config{Route: "create_order"})
+//
+// Handlers write with $1, $2 placeholders on the transaction from
+// idempotency.TxFromContext, and classify their own errors with
+// idempotency.IsTransient, which knows PostgreSQL's SQLSTATEs (40001,
+// 40P01, 55P03, connection exceptions) without importing pgx.
+//
+// # What the store relies on
+//
+// Times come from the database's clock, read once per statement with
+// clock_timestamp(); now() is the transaction's start. Inserts of a record
+// use ON CONFLICT DO NOTHING and a row count, so a taken key is never an
+// error: inside the business transaction an error would abort it, and every
+// unique violation would be a server ERROR in the log. Fenced statements
+// read PostgreSQL's exact row counts.
+//
+// # Isolation
+//
+// Run the pool at the server default, READ COMMITTED: the store's statements
+// inside the business transaction (claim-first's finish, single-phase's
+// insert) then read the latest committed record, which fencing needs, and
+// wait for a concurrent duplicate's commit rather than miss it.
+//
+// A handler that needs REPEATABLE READ or SERIALIZABLE sets it as its
+// transaction's first statement:
+//
+//	tx, _ := idempotency.TxFromContext(r.Context())
+//	if _, err := tx.ExecContext(ctx, "SET TRANSACTION ISOLATION LEVEL SERIALIZABLE"); err != nil { ... }
+//
+// A serialization failure (40001) is then a known rollback: met in the
+// handler, IsTransient lets it answer 503 with Retry-After; met in the
+// record's statement or at COMMIT, the middleware answers 503 with
+// Retry-After and releases the key (claim-first) or runs the handler again
+// (single-phase, up to three runs). It is never a 500 and never a second
+// effect. One thing does not work at these levels: claim-first's
+// idempotency.ExtendLease after the transaction's first statement changes
+// the record after the transaction's snapshot, so the finish matches no row
+// and the attempt rolls back (answered 409 in-progress; the key is free once
+// the lease expires). Handlers that heartbeat run at READ COMMITTED.
+//
+// # Schema
+//
+// Migrate applies the embedded migrations/*.sql to the current schema (the
+// first of search_path) under a session advisory lock, so several processes
+// may call it at once. The versions and names are those of the MySQL and
+// SQLite schemas. idempotency_record has PRIMARY KEY (scope,
+// idempotency_key) on text COLLATE "C" (byte-wise, case-sensitive; scopes
+// and keys must be valid UTF-8 without NUL, which the middleware's keys
+// always are), jsonb headers, a bytea body, timestamptz times and the
+// (status, expires_at) index. purchase_order is the reference order table;
+// the root package's order.go writes it with ? placeholders, which
+// PostgreSQL does not take, so a PostgreSQL service writes it with its own
+// SQL.
+package postgres

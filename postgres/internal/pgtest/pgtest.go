@@ -1,0 +1,109 @@
+// Package pgtest gives each test its own fresh PostgreSQL schema.
+//
+// The server comes from IDEMPOTENCY_TEST_POSTGRES_DSN (a pgx connection
+// string, default postgres://postgres@127.0.0.1:5432/test?sslmode=disable).
+// When it is unreachable the test is skipped with a message, unless CI=true
+// or IDEMPOTENCY_REQUIRE_POSTGRES=1, in which case it fails: CI must never
+// pass by skipping.
+package pgtest
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"net/url"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+)
+
+// DefaultDSN is used when IDEMPOTENCY_TEST_POSTGRES_DSN is unset.
+const DefaultDSN = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+
+// Required reports whether PostgreSQL tests must run (fail instead of skip).
+func Required() bool {
+	return os.Getenv("CI") == "true" || os.Getenv("IDEMPOTENCY_REQUIRE_POSTGRES") == "1"
+}
+
+// baseDSN returns the configured server DSN.
+func baseDSN() string {
+	if dsn := os.Getenv("IDEMPOTENCY_TEST_POSTGRES_DSN"); dsn != "" {
+		return dsn
+	}
+	return DefaultDSN
+}
+
+// Postgres creates a new empty schema, returns a pool whose connections
+// use it (search_path) and the pool's DSN, and drops the schema when the
+// test ends. params are more runtime parameters for every connection, such
+// as "default_transaction_isolation": "serializable".
+func Postgres(t testing.TB, params ...map[string]string) (*sql.DB, string) {
+	t.Helper()
+	base := baseDSN()
+	adminCfg, err := pgx.ParseConfig(base)
+	if err != nil {
+		t.Fatalf("pgtest: IDEMPOTENCY_TEST_POSTGRES_DSN %q: %v", base, err)
+	}
+	admin := stdlib.OpenDB(*adminCfg)
+	t.Cleanup(func() { admin.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := admin.PingContext(ctx); err != nil {
+		msg := "pgtest: no PostgreSQL at " + adminCfg.Host + " (set IDEMPOTENCY_TEST_POSTGRES_DSN, or start one): " + err.Error()
+		if Required() {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	schema := "idem_test_" + hex.EncodeToString(b[:])
+	if _, err := admin.ExecContext(ctx, "CREATE SCHEMA "+schema); err != nil {
+		t.Fatalf("pgtest: create schema: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, err := admin.ExecContext(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE"); err != nil {
+			t.Errorf("pgtest: drop schema %s: %v", schema, err)
+		}
+	})
+
+	dsn := WithParams(t, base, map[string]string{"search_path": schema})
+	for _, p := range params {
+		dsn = WithParams(t, dsn, p)
+	}
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	db := stdlib.OpenDB(*cfg)
+	db.SetMaxOpenConns(80)
+	db.SetMaxIdleConns(80)
+	t.Cleanup(func() { db.Close() })
+	return db, dsn
+}
+
+// WithParams returns the URL dsn with the given query parameters set (pgx
+// passes those it does not know on as runtime parameters).
+func WithParams(t testing.TB, dsn string, params map[string]string) string {
+	t.Helper()
+	u, err := url.Parse(dsn)
+	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+		t.Fatalf("pgtest: want a postgres:// URL, got %q", dsn)
+	}
+	q := u.Query()
+	for k, v := range params {
+		q.Set(k, v)
+	}
+	// pgx reads the query with url.ParseQuery's rules but for "+", which
+	// it keeps: spaces must be %20.
+	u.RawQuery = strings.ReplaceAll(q.Encode(), "+", "%20")
+	return u.String()
+}

@@ -1,0 +1,1 @@
+DROP INDEX IF EXISTS idx_idempotency_record_status_expiry;
