@@ -82,15 +82,91 @@ type Order struct {
 	Status         OrderStatus
 }
 
-// Queryer is what GetOrder reads through: *sql.DB, *sql.Tx or *sql.Conn.
+// Queryer is what GetOrder and Orders.Get read through: *sql.DB, *sql.Tx or *sql.Conn.
 type Queryer interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
-// CreateOrder inserts o as INIT and moves it to CREATED, both inside tx. A
-// second order for the same scope and key, or the same order number, fails
-// with ErrDuplicateOrder.
+// Orders is the order state machine's SQL in one dialect: CreateOrder,
+// TransitionOrder and GetOrder run MySQLOrders; a PostgreSQL service calls
+// the same methods on PostgresOrders. Each dialect's statements are written
+// by hand and take the same parameters in the same order.
+type Orders struct {
+	// InsertOrder writes one order. Parameters: order_no, scope,
+	// idempotency_key (NULL without a key), user_id, sku_id, quantity,
+	// coupon_id (or NULL), unit_price_cents, discount_cents, total_cents,
+	// status. A duplicate either fails with the driver's unique-violation
+	// error or inserts no row (ON CONFLICT DO NOTHING): both are
+	// ErrDuplicateOrder.
+	InsertOrder string
+
+	// UpdateStatus moves one order between states, guarded by the state it
+	// must be in. Parameters: the new status, order_no, the expected status.
+	UpdateStatus string
+
+	// SelectStatus reads one order's status. Parameter: order_no.
+	SelectStatus string
+
+	// SelectOrder reads one order's columns in Order's field order. Parameter:
+	// order_no.
+	SelectOrder string
+}
+
+// MySQLOrders is the order SQL of MySQL and MariaDB, which SQLite runs too.
+var MySQLOrders = Orders{
+	InsertOrder: `INSERT INTO purchase_order
+  (order_no, scope, idempotency_key, user_id, sku_id, quantity, coupon_id,
+   unit_price_cents, discount_cents, total_cents, status)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	UpdateStatus: `UPDATE purchase_order SET status = ?, updated_at = CURRENT_TIMESTAMP WHERE order_no = ? AND status = ?`,
+	SelectStatus: `SELECT status FROM purchase_order WHERE order_no = ?`,
+	SelectOrder: `SELECT order_no, scope, idempotency_key, user_id, sku_id, quantity, coupon_id,
+  unit_price_cents, discount_cents, total_cents, status
+FROM purchase_order WHERE order_no = ?`,
+}
+
+// PostgresOrders is the order SQL of PostgreSQL, over the purchase_order
+// table of the postgres module's migrations.
+//
+// The insert skips a duplicate (ON CONFLICT DO NOTHING, any unique
+// constraint) instead of failing: in PostgreSQL an error aborts the whole
+// transaction, so a handler could not answer the duplicate and go on, and
+// every duplicate would be an ERROR in the server's log. Times come from
+// clock_timestamp(), the statement's clock: now() is the transaction's start.
+var PostgresOrders = Orders{
+	InsertOrder: `INSERT INTO purchase_order
+  (order_no, scope, idempotency_key, user_id, sku_id, quantity, coupon_id,
+   unit_price_cents, discount_cents, total_cents, status)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+ON CONFLICT DO NOTHING`,
+	UpdateStatus: `UPDATE purchase_order SET status = $1, updated_at = clock_timestamp() WHERE order_no = $2 AND status = $3`,
+	SelectStatus: `SELECT status FROM purchase_order WHERE order_no = $1`,
+	SelectOrder: `SELECT order_no, scope, idempotency_key, user_id, sku_id, quantity, coupon_id,
+  unit_price_cents, discount_cents, total_cents, status
+FROM purchase_order WHERE order_no = $1`,
+}
+
+// CreateOrder inserts o as INIT and moves it to CREATED, both inside tx,
+// with MySQLOrders (MySQL, MariaDB, SQLite). A second order for the same
+// scope and key, or the same order number, fails with ErrDuplicateOrder.
 func CreateOrder(ctx context.Context, tx *sql.Tx, o *Order) error {
+	return MySQLOrders.Create(ctx, tx, o)
+}
+
+// TransitionOrder is MySQLOrders.Transition (MySQL, MariaDB, SQLite).
+func TransitionOrder(ctx context.Context, tx *sql.Tx, orderNo string, from, to OrderStatus) error {
+	return MySQLOrders.Transition(ctx, tx, orderNo, from, to)
+}
+
+// GetOrder is MySQLOrders.Get (MySQL, MariaDB, SQLite).
+func GetOrder(ctx context.Context, q Queryer, orderNo string) (*Order, error) {
+	return MySQLOrders.Get(ctx, q, orderNo)
+}
+
+// Create inserts o as INIT and moves it to CREATED, both inside tx. A
+// second order for the same scope and key, or the same order number, fails
+// with ErrDuplicateOrder and leaves tx usable.
+func (s Orders) Create(ctx context.Context, tx *sql.Tx, o *Order) error {
 	var key any
 	if o.IdempotencyKey != "" {
 		key = o.IdempotencyKey
@@ -99,10 +175,7 @@ func CreateOrder(ctx context.Context, tx *sql.Tx, o *Order) error {
 	if o.CouponID != nil {
 		coupon = *o.CouponID
 	}
-	_, err := tx.ExecContext(ctx, `INSERT INTO purchase_order
-  (order_no, scope, idempotency_key, user_id, sku_id, quantity, coupon_id,
-   unit_price_cents, discount_cents, total_cents, status)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	res, err := tx.ExecContext(ctx, s.InsertOrder,
 		o.OrderNo, o.Scope, key, o.UserID, o.SKUID, o.Quantity, coupon,
 		o.UnitPriceCents, o.DiscountCents, o.TotalCents, string(OrderInit))
 	if err != nil {
@@ -111,26 +184,31 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		}
 		return fmt.Errorf("idempotency: insert order: %w", err)
 	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("idempotency: insert order: %w", err)
+	}
+	if n == 0 {
+		return fmt.Errorf("%w: order number %s, or scope %q and key %q, is taken", ErrDuplicateOrder, o.OrderNo, o.Scope, o.IdempotencyKey)
+	}
 	o.Status = OrderInit
-	if err := TransitionOrder(ctx, tx, o.OrderNo, OrderInit, OrderCreated); err != nil {
+	if err := s.Transition(ctx, tx, o.OrderNo, OrderInit, OrderCreated); err != nil {
 		return err
 	}
 	o.Status = OrderCreated
 	return nil
 }
 
-// TransitionOrder moves an order from → to inside tx with one guarded
-// UPDATE (WHERE status = from): never read-then-write, so concurrent cancels,
+// Transition moves an order from → to inside tx with one guarded UPDATE
+// (WHERE status = from): never read-then-write, so concurrent cancels,
 // payments and retries cannot overwrite each other. It returns a
 // *TransitionError when the order is not in state from, and ErrOrderNotFound
 // when it does not exist.
-func TransitionOrder(ctx context.Context, tx *sql.Tx, orderNo string, from, to OrderStatus) error {
+func (s Orders) Transition(ctx context.Context, tx *sql.Tx, orderNo string, from, to OrderStatus) error {
 	if !CanTransition(from, to) {
 		return &TransitionError{OrderNo: orderNo, From: from, To: to, Actual: from}
 	}
-	res, err := tx.ExecContext(ctx,
-		`UPDATE purchase_order SET status = ?, updated_at = CURRENT_TIMESTAMP WHERE order_no = ? AND status = ?`,
-		string(to), orderNo, string(from))
+	res, err := tx.ExecContext(ctx, s.UpdateStatus, string(to), orderNo, string(from))
 	if err != nil {
 		return fmt.Errorf("idempotency: transition order: %w", err)
 	}
@@ -143,22 +221,20 @@ func TransitionOrder(ctx context.Context, tx *sql.Tx, orderNo string, from, to O
 	}
 	// The write is done (and refused); this read only explains why.
 	var actual string
-	err = tx.QueryRowContext(ctx, `SELECT status FROM purchase_order WHERE order_no = ?`, orderNo).Scan(&actual)
+	err = tx.QueryRowContext(ctx, s.SelectStatus, orderNo).Scan(&actual)
 	if errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("%w: %s", ErrOrderNotFound, orderNo)
 	}
 	return &TransitionError{OrderNo: orderNo, From: from, To: to, Actual: OrderStatus(actual)}
 }
 
-// GetOrder reads an order by number.
-func GetOrder(ctx context.Context, q Queryer, orderNo string) (*Order, error) {
+// Get reads an order by number.
+func (s Orders) Get(ctx context.Context, q Queryer, orderNo string) (*Order, error) {
 	o := &Order{}
 	var key sql.NullString
 	var coupon sql.NullInt64
 	var status string
-	err := q.QueryRowContext(ctx, `SELECT order_no, scope, idempotency_key, user_id, sku_id, quantity, coupon_id,
-  unit_price_cents, discount_cents, total_cents, status
-FROM purchase_order WHERE order_no = ?`, orderNo).Scan(
+	err := q.QueryRowContext(ctx, s.SelectOrder, orderNo).Scan(
 		&o.OrderNo, &o.Scope, &key, &o.UserID, &o.SKUID, &o.Quantity, &coupon,
 		&o.UnitPriceCents, &o.DiscountCents, &o.TotalCents, &status)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -175,12 +251,16 @@ FROM purchase_order WHERE order_no = ?`, orderNo).Scan(
 	return o, nil
 }
 
-// isUniqueViolation recognises a unique-key violation from MySQL (1062) or
-// from SQLite (extended codes 1555 and 2067), without importing a SQLite
-// driver into this package.
+// isUniqueViolation recognises a unique-key violation from MySQL (1062),
+// from SQLite (extended codes 1555 and 2067) or by SQLSTATE 23505
+// (PostgreSQL), without importing a SQLite or PostgreSQL driver into this
+// package.
 func isUniqueViolation(err error) bool {
 	if mysqlErrorIs(err, mysqlErrDupEntry) {
 		return true
+	}
+	if state, ok := sqlState(err); ok {
+		return state == "23505"
 	}
 	var coded interface{ Code() int }
 	if errors.As(err, &coded) {

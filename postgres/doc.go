@@ -56,8 +56,15 @@
 // idempotency_key) on text COLLATE "C" (byte-wise, case-sensitive; scopes
 // and keys must be valid UTF-8 without NUL, which the middleware's keys
 // always are), jsonb headers, a bytea body, timestamptz times and the
-// (status, expires_at) index. purchase_order is the reference order table;
-// the root package's order.go writes it with ? placeholders, which
-// PostgreSQL does not take, so a PostgreSQL service writes it with its own
-// SQL.
+// (status, expires_at) index. purchase_order is the reference order table,
+// which the root package's order state machine writes through
+// idempotency.PostgresOrders (its Create, Transition and Get take $n
+// placeholders and skip a duplicate with ON CONFLICT DO NOTHING, so a
+// duplicate order is ErrDuplicateOrder without aborting the transaction).
+//
+// # Tests
+//
+// Package pgtest gives each test a fresh schema of its own and the pgx URL
+// naming it (search_path), for this module's tests, the example server's
+// and idemctl's, and a service's own.
 package postgres

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/orderguard/idempotency/postgres"
-	"github.com/orderguard/idempotency/postgres/internal/pgtest"
+	"github.com/orderguard/idempotency/postgres/pgtest"
 )
 
 // BenchmarkSinglePhaseRecordInsert measures the ways to write single-phase's

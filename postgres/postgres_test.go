@@ -11,7 +11,7 @@ import (
 	"github.com/orderguard/idempotency/migrations"
 	"github.com/orderguard/idempotency/migrations/migrationstest"
 	"github.com/orderguard/idempotency/postgres"
-	"github.com/orderguard/idempotency/postgres/internal/pgtest"
+	"github.com/orderguard/idempotency/postgres/pgtest"
 	"github.com/orderguard/idempotency/storetest"
 )
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/orderguard/idempotency"
 	"github.com/orderguard/idempotency/migrations"
+	"github.com/orderguard/idempotency/postgres"
 	"github.com/orderguard/idempotency/sqlite"
 )
 
@@ -25,9 +26,12 @@ func (c *cli) migrate(ctx context.Context, args []string, dbURL string) error {
 		return err
 	}
 	defer d.Close()
-	if d.dialect == "sqlite" {
+	switch d.dialect {
+	case "sqlite":
 		err = sqlite.Migrate(ctx, d.db)
-	} else {
+	case "postgres":
+		err = postgres.Migrate(ctx, d.db)
+	default:
 		err = idempotency.Migrate(ctx, d.db)
 	}
 	if err != nil {

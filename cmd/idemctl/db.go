@@ -11,8 +11,12 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/orderguard/idempotency"
+	"github.com/orderguard/idempotency/postgres"
 	"github.com/orderguard/idempotency/sqlite"
 )
 
@@ -20,19 +24,31 @@ const (
 	envDatabase  = "IDEMCTL_DB"
 	schemeMySQL  = "mysql://"
 	schemeSQLite = "sqlite://"
+	// PostgreSQL's URLs are pgx connection strings, scheme and all.
+	schemePostgres   = "postgres://"
+	schemePostgreSQL = "postgresql://"
 
 	// connectTimeout bounds the first connection (dial plus ping).
 	connectTimeout = 5 * time.Second
 
-	formatMySQL  = "mysql://USER[:PASSWORD]@tcp(HOST:PORT)/DBNAME, e.g. mysql://root@tcp(127.0.0.1:3306)/orders"
-	formatSQLite = "sqlite://PATH, e.g. sqlite:///var/lib/orders.db"
+	formatMySQL    = "mysql://USER[:PASSWORD]@tcp(HOST:PORT)/DBNAME, e.g. mysql://root@tcp(127.0.0.1:3306)/orders"
+	formatSQLite   = "sqlite://PATH, e.g. sqlite:///var/lib/orders.db"
+	formatPostgres = "postgres://USER[:PASSWORD]@HOST:PORT/DBNAME[?PARAM=VALUE...], e.g. postgres://app@127.0.0.1:5432/orders?sslmode=disable"
+)
+
+// PostgreSQL SQLSTATEs the operator gets a sentence for.
+const (
+	sqlStateInvalidPassword      = "28P01"
+	sqlStateInvalidAuthorization = "28000"
+	sqlStateInvalidCatalogName   = "3D000" // no such database
+	sqlStateUndefinedTable       = "42P01"
 )
 
 // database is an open, reachable store.
 type database struct {
 	db      *sql.DB
 	store   *idempotency.SQLStore
-	dialect string // "mysql" or "sqlite", as the migrations name them
+	dialect string // "mysql", "sqlite" or "postgres", as the migrations name them
 	where   string // for messages; never the password
 }
 
@@ -48,17 +64,19 @@ func (c *cli) open(ctx context.Context, dbURL string, create bool) (*database, e
 	}
 	switch {
 	case dbURL == "":
-		return nil, fail(exitUsage, "no database: pass --db URL or set %s (%s, or %s)", envDatabase, formatMySQL, formatSQLite)
+		return nil, fail(exitUsage, "no database: pass --db URL or set %s (%s, %s, or %s)", envDatabase, formatMySQL, formatPostgres, formatSQLite)
 	case strings.HasPrefix(dbURL, schemeMySQL):
 		return openMySQL(ctx, strings.TrimPrefix(dbURL, schemeMySQL))
+	case strings.HasPrefix(dbURL, schemePostgres), strings.HasPrefix(dbURL, schemePostgreSQL):
+		return openPostgres(ctx, dbURL)
 	case strings.HasPrefix(dbURL, schemeSQLite):
 		return openSQLite(strings.TrimPrefix(dbURL, schemeSQLite), create)
 	}
 	scheme, _, found := strings.Cut(dbURL, "://")
 	if !found {
-		return nil, fail(exitConnect, "--db: the URL has no scheme; write %s, or %s", formatMySQL, formatSQLite)
+		return nil, fail(exitConnect, "--db: the URL has no scheme; write %s, %s, or %s", formatMySQL, formatPostgres, formatSQLite)
 	}
-	return nil, fail(exitConnect, "--db: unknown scheme %q; write %s, or %s", scheme, formatMySQL, formatSQLite)
+	return nil, fail(exitConnect, "--db: unknown scheme %q; write %s, %s, or %s", scheme, formatMySQL, formatPostgres, formatSQLite)
 }
 
 func openMySQL(ctx context.Context, dsn string) (*database, error) {
@@ -111,6 +129,53 @@ func openMySQL(ctx context.Context, dsn string) (*database, error) {
 	return &database{db: db, store: idempotency.NewMySQLStore(db), dialect: "mysql", where: where}, nil
 }
 
+// openPostgres opens a pgx connection string URL, as postgres.Open does but
+// with a small pool and a message per failure an operator can act on. Its
+// runtime parameters (search_path for a schema other than public) apply.
+func openPostgres(ctx context.Context, dbURL string) (*database, error) {
+	cfg, err := pgx.ParseConfig(dbURL)
+	if err != nil {
+		// pgx's message quotes the URL with its password masked.
+		return nil, fail(exitConnect, "--db: malformed PostgreSQL URL (%v); write %s", err, formatPostgres)
+	}
+	if cfg.ConnectTimeout == 0 {
+		cfg.ConnectTimeout = connectTimeout
+	}
+	db := stdlib.OpenDB(*cfg)
+	db.SetMaxOpenConns(4)
+
+	where := fmt.Sprintf("PostgreSQL at %s:%d, database %s", cfg.Host, cfg.Port, cfg.Database)
+	if schema := cfg.RuntimeParams["search_path"]; schema != "" {
+		where += ", schema " + schema
+	}
+	pingCtx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	if err := db.PingContext(pingCtx); err != nil {
+		db.Close()
+		state := sqlStateOf(err)
+		switch {
+		case state == sqlStateInvalidPassword || state == sqlStateInvalidAuthorization:
+			return nil, fail(exitConnect, "cannot connect to %s as user %q: access denied; check the user and password in --db", where, cfg.User)
+		case state == sqlStateInvalidCatalogName:
+			return nil, fail(exitConnect, "cannot connect to %s: the database does not exist; create it, then run idemctl migrate", where)
+		case errors.Is(err, context.DeadlineExceeded) || pingCtx.Err() != nil:
+			return nil, fail(exitConnect, "cannot connect to %s: no answer within %v; check that the server runs and the address in --db (%s)", where, connectTimeout, formatPostgres)
+		default:
+			return nil, fail(exitConnect, "cannot connect to %s: %v; check that the server runs and the address in --db (%s)", where, err, formatPostgres)
+		}
+	}
+	return &database{db: db, store: postgres.NewStore(db), dialect: "postgres", where: where}, nil
+}
+
+// sqlStateOf returns the SQLSTATE of a PostgreSQL server error, or "".
+func sqlStateOf(err error) string {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code
+	}
+	return ""
+}
+
 func openSQLite(path string, create bool) (*database, error) {
 	if path == "" {
 		return nil, fail(exitConnect, "--db: sqlite:// needs a file path; write %s", formatSQLite)
@@ -131,7 +196,8 @@ func openSQLite(path string, create bool) (*database, error) {
 // migrated.
 func withHint(err error) string {
 	var me *mysql.MySQLError
-	if (errors.As(err, &me) && me.Number == 1146) || strings.Contains(err.Error(), "no such table") {
+	if (errors.As(err, &me) && me.Number == 1146) || sqlStateOf(err) == sqlStateUndefinedTable ||
+		strings.Contains(err.Error(), "no such table") {
 		return err.Error() + " (is the schema migrated? run idemctl migrate)"
 	}
 	return err.Error()

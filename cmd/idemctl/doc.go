@@ -12,6 +12,9 @@
 //		mysql://DSN    a go-sql-driver/mysql DSN, e.g.
 //		               mysql://app:secret@tcp(db.internal:3306)/orders
 //		               (interpolateParams and parseTime are turned on)
+//		postgres://…   a pgx connection string URL (also postgresql://), e.g.
+//		               postgres://app:secret@db.internal:5432/orders?sslmode=disable
+//		               (add search_path=SCHEMA for a schema other than public)
 //		sqlite://PATH  an SQLite database file, e.g. sqlite:///var/lib/orders.db
 //
 //	Commands:

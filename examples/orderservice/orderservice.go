@@ -1,5 +1,5 @@
 // Package orderservice is the example order API: create, read, cancel and
-// pay orders over MySQL or SQLite, with every write protected by the
+// pay orders over MySQL, SQLite or PostgreSQL, with every write protected by the
 // idempotency middleware. The example server, the benchmarks and the tests
 // all serve these handlers.
 //
@@ -74,6 +74,11 @@ type Options struct {
 	// Store is the idempotency store (required when Idempotency is set).
 	Store idempotency.Store
 
+	// Dialect is the SQL dialect of the database: "mysql", "sqlite" or
+	// "postgres", as given to Setup. Defaults to "mysql", whose statements
+	// SQLite runs too.
+	Dialect string
+
 	// Config is the base middleware configuration; Route and Fingerprint
 	// are set per route.
 	Config idempotency.Config
@@ -92,12 +97,79 @@ type Options struct {
 type Service struct {
 	db   *sql.DB
 	opts Options
+	sql  statements
 	mux  *http.ServeMux
+}
+
+// statements is the service's SQL in one dialect, written by hand: the
+// order state machine's and the catalog's.
+type statements struct {
+	orders idempotency.Orders
+	// skuPrice reads sku.price_cents. Parameter: sku id.
+	skuPrice string
+	// redeemCoupon moves an AVAILABLE coupon to REDEEMED. Parameter: coupon id.
+	redeemCoupon string
+	// couponDiscount reads coupon.discount_cents. Parameter: coupon id.
+	couponDiscount string
+	// orderByKey reads the order_no and created_at of the order for a scope
+	// and key. Parameters: scope, key.
+	orderByKey string
+	// seedSKU and seedCoupon insert a catalog row unless it exists.
+	// Parameters: id, name, price_cents; id, discount_cents.
+	seedSKU, seedCoupon string
+}
+
+var dialects = map[string]statements{
+	"mysql": {
+		orders:         idempotency.MySQLOrders,
+		skuPrice:       `SELECT price_cents FROM sku WHERE id = ?`,
+		redeemCoupon:   `UPDATE coupon SET status = 'REDEEMED', updated_at = CURRENT_TIMESTAMP WHERE id = ? AND status = 'AVAILABLE'`,
+		couponDiscount: `SELECT discount_cents FROM coupon WHERE id = ?`,
+		orderByKey:     `SELECT order_no, created_at FROM purchase_order WHERE scope = ? AND idempotency_key = ?`,
+		seedSKU:        `INSERT IGNORE INTO sku (id, name, price_cents) VALUES (?, ?, ?)`,
+		seedCoupon:     `INSERT IGNORE INTO coupon (id, discount_cents, status) VALUES (?, ?, 'AVAILABLE')`,
+	},
+	"sqlite": {
+		orders:         idempotency.MySQLOrders,
+		skuPrice:       `SELECT price_cents FROM sku WHERE id = ?`,
+		redeemCoupon:   `UPDATE coupon SET status = 'REDEEMED', updated_at = CURRENT_TIMESTAMP WHERE id = ? AND status = 'AVAILABLE'`,
+		couponDiscount: `SELECT discount_cents FROM coupon WHERE id = ?`,
+		orderByKey:     `SELECT order_no, created_at FROM purchase_order WHERE scope = ? AND idempotency_key = ?`,
+		seedSKU:        `INSERT OR IGNORE INTO sku (id, name, price_cents) VALUES (?, ?, ?)`,
+		seedCoupon:     `INSERT OR IGNORE INTO coupon (id, discount_cents, status) VALUES (?, ?, 'AVAILABLE')`,
+	},
+	// Times by clock_timestamp(), the statement's clock (now() is the
+	// transaction's start), like the store's.
+	"postgres": {
+		orders:         idempotency.PostgresOrders,
+		skuPrice:       `SELECT price_cents FROM sku WHERE id = $1`,
+		redeemCoupon:   `UPDATE coupon SET status = 'REDEEMED', updated_at = clock_timestamp() WHERE id = $1 AND status = 'AVAILABLE'`,
+		couponDiscount: `SELECT discount_cents FROM coupon WHERE id = $1`,
+		orderByKey:     `SELECT order_no, created_at FROM purchase_order WHERE scope = $1 AND idempotency_key = $2`,
+		seedSKU:        `INSERT INTO sku (id, name, price_cents) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING`,
+		seedCoupon:     `INSERT INTO coupon (id, discount_cents, status) VALUES ($1, $2, 'AVAILABLE') ON CONFLICT DO NOTHING`,
+	},
+}
+
+// dialectStatements returns the statements of dialect ("" is "mysql").
+func dialectStatements(dialect string) (statements, error) {
+	if dialect == "" {
+		dialect = "mysql"
+	}
+	st, ok := dialects[dialect]
+	if !ok {
+		return statements{}, fmt.Errorf("orderservice: unknown dialect %q: want mysql, sqlite or postgres", dialect)
+	}
+	return st, nil
 }
 
 // New returns the service over db, whose schema Setup has prepared.
 func New(db *sql.DB, opts Options) (*Service, error) {
-	s := &Service{db: db, opts: opts, mux: http.NewServeMux()}
+	st, err := dialectStatements(opts.Dialect)
+	if err != nil {
+		return nil, err
+	}
+	s := &Service{db: db, opts: opts, sql: st, mux: http.NewServeMux()}
 	create, err := s.protect("create_order", idempotency.FingerprintConfig{
 		// The seed's whitelist DTO: only what changes the order counts.
 		Fields: []string{"user_id", "sku_id", "quantity", "coupon_id"},
@@ -298,7 +370,7 @@ func (s *Service) createOrder(ctx context.Context, tx *sql.Tx, r *http.Request) 
 		return unprocessable(ProblemInvalidQuantity, "Invalid quantity", "quantity must be 1-100")
 	}
 	var unitPrice int64
-	err := tx.QueryRowContext(ctx, `SELECT price_cents FROM sku WHERE id = ?`, req.SKUID).Scan(&unitPrice)
+	err := tx.QueryRowContext(ctx, s.sql.skuPrice, req.SKUID).Scan(&unitPrice)
 	if errors.Is(err, sql.ErrNoRows) {
 		return unprocessable(ProblemUnknownSKU, "Unknown SKU", fmt.Sprintf("sku_id %d is not in the catalog", req.SKUID))
 	}
@@ -308,9 +380,7 @@ func (s *Service) createOrder(ctx context.Context, tx *sql.Tx, r *http.Request) 
 	subtotal := unitPrice * int64(req.Quantity)
 	var discount int64
 	if req.CouponID != nil {
-		res, err := tx.ExecContext(ctx,
-			`UPDATE coupon SET status = 'REDEEMED', updated_at = CURRENT_TIMESTAMP WHERE id = ? AND status = 'AVAILABLE'`,
-			*req.CouponID)
+		res, err := tx.ExecContext(ctx, s.sql.redeemCoupon, *req.CouponID)
 		if err != nil {
 			return failure(err)
 		}
@@ -320,7 +390,7 @@ func (s *Service) createOrder(ctx context.Context, tx *sql.Tx, r *http.Request) 
 			return unprocessable(ProblemCouponUnavailable, "Coupon unavailable",
 				fmt.Sprintf("coupon %d is unknown or already used", *req.CouponID))
 		}
-		if err := tx.QueryRowContext(ctx, `SELECT discount_cents FROM coupon WHERE id = ?`, *req.CouponID).Scan(&discount); err != nil {
+		if err := tx.QueryRowContext(ctx, s.sql.couponDiscount, *req.CouponID).Scan(&discount); err != nil {
 			return failure(err)
 		}
 		discount = min(discount, subtotal)
@@ -335,7 +405,7 @@ func (s *Service) createOrder(ctx context.Context, tx *sql.Tx, r *http.Request) 
 	if order.OrderNo == "" {
 		order.OrderNo = newOrderNo()
 	}
-	if err := idempotency.CreateOrder(ctx, tx, order); err != nil {
+	if err := s.sql.orders.Create(ctx, tx, order); err != nil {
 		if errors.Is(err, idempotency.ErrDuplicateOrder) {
 			return answer{problem: idempotency.NewProblem(http.StatusConflict, "duplicate-order", "Duplicate order",
 				"An order with this order number or idempotency key already exists.")}
@@ -364,7 +434,7 @@ func (s *Service) createOrder(ctx context.Context, tx *sql.Tx, r *http.Request) 
 // transition returns the handler of a guarded order state change.
 func (s *Service) transition(from, to idempotency.OrderStatus) txHandler {
 	return func(ctx context.Context, tx *sql.Tx, r *http.Request) answer {
-		order, err := idempotency.GetOrder(ctx, tx, r.PathValue("order_no"))
+		order, err := s.sql.orders.Get(ctx, tx, r.PathValue("order_no"))
 		uid, _ := userID(r)
 		if errors.Is(err, idempotency.ErrOrderNotFound) || (err == nil && order.UserID != uid) {
 			return answer{problem: notFound()}
@@ -372,7 +442,7 @@ func (s *Service) transition(from, to idempotency.OrderStatus) txHandler {
 		if err != nil {
 			return failure(err)
 		}
-		err = idempotency.TransitionOrder(ctx, tx, order.OrderNo, from, to)
+		err = s.sql.orders.Transition(ctx, tx, order.OrderNo, from, to)
 		var te *idempotency.TransitionError
 		if errors.As(err, &te) {
 			return answer{problem: idempotency.NewProblem(http.StatusConflict, ProblemInvalidTransition,
@@ -387,7 +457,7 @@ func (s *Service) transition(from, to idempotency.OrderStatus) txHandler {
 }
 
 func (s *Service) getOrder(w http.ResponseWriter, r *http.Request) {
-	order, err := idempotency.GetOrder(r.Context(), s.db, r.PathValue("order_no"))
+	order, err := s.sql.orders.Get(r.Context(), s.db, r.PathValue("order_no"))
 	uid, _ := userID(r)
 	if errors.Is(err, idempotency.ErrOrderNotFound) || (err == nil && order.UserID != uid) {
 		idempotency.WriteProblem(w, notFound())
@@ -415,9 +485,7 @@ func (s *Service) getOrder(w http.ResponseWriter, r *http.Request) {
 func (s *Service) Recover(ctx context.Context, rec *idempotency.Record) (*idempotency.Snapshot, bool, error) {
 	var orderNo string
 	var createdAt orderTime
-	err := s.db.QueryRowContext(ctx,
-		`SELECT order_no, created_at FROM purchase_order WHERE scope = ? AND idempotency_key = ?`,
-		rec.Scope, rec.Key).Scan(&orderNo, &createdAt)
+	err := s.db.QueryRowContext(ctx, s.sql.orderByKey, rec.Scope, rec.Key).Scan(&orderNo, &createdAt)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, false, nil
 	}
@@ -427,7 +495,7 @@ func (s *Service) Recover(ctx context.Context, rec *idempotency.Record) (*idempo
 	if !createdAt.notBefore(rec.CreatedAt) {
 		return nil, false, nil
 	}
-	order, err := idempotency.GetOrder(ctx, s.db, orderNo)
+	order, err := s.sql.orders.Get(ctx, s.db, orderNo)
 	if err != nil {
 		return nil, false, err
 	}
@@ -444,7 +512,8 @@ func (s *Service) Recover(ctx context.Context, rec *idempotency.Record) (*idempo
 }
 
 // orderTime is purchase_order.created_at as read, with the resolution it is
-// stored at: MySQL's DATETIME(6) keeps microseconds, SQLite's
+// stored at: MySQL's DATETIME(6) and PostgreSQL's timestamptz keep
+// microseconds, SQLite's
 // CURRENT_TIMESTAMP text whole seconds. It comes from the database's clock,
 // like the record's created_at, and is read the way the store reads its
 // times (a driver time.Time in UTC, text as UTC), so the two compare without
@@ -575,10 +644,16 @@ func notFound() *idempotency.Problem {
 //go:embed schema/*.sql
 var schema embed.FS
 
-// Setup applies the idempotency migrations of dialect ("mysql" or
-// "sqlite"), creates the catalog tables and seeds SKUs 20001–20100 and
-// coupons 1–1000. It is safe to call on every start.
+// Setup applies the idempotency migrations of dialect ("mysql", "sqlite" or
+// "postgres"), creates the catalog tables and seeds SKUs 20001–20100 and
+// coupons 1–1000. It is safe to call on every start. The "postgres"
+// migrations are registered by the postgres module: a program that calls
+// Setup with it imports github.com/orderguard/idempotency/postgres.
 func Setup(ctx context.Context, db *sql.DB, dialect string) error {
+	st, err := dialectStatements(dialect)
+	if err != nil {
+		return err
+	}
 	if err := migrations.Apply(ctx, db, dialect); err != nil {
 		return err
 	}
@@ -591,24 +666,18 @@ func Setup(ctx context.Context, db *sql.DB, dialect string) error {
 			return fmt.Errorf("orderservice: schema: %w", err)
 		}
 	}
-	ignore := "INSERT IGNORE"
-	if dialect == "sqlite" {
-		ignore = "INSERT OR IGNORE"
-	}
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback() //nolint:errcheck
 	for id := int64(FirstSKU); id <= LastSKU; id++ {
-		if _, err := tx.ExecContext(ctx, ignore+" INTO sku (id, name, price_cents) VALUES (?, ?, ?)",
-			id, fmt.Sprintf("SKU %d", id), SKUPriceCents(id)); err != nil {
+		if _, err := tx.ExecContext(ctx, st.seedSKU, id, fmt.Sprintf("SKU %d", id), SKUPriceCents(id)); err != nil {
 			return fmt.Errorf("orderservice: seed sku: %w", err)
 		}
 	}
 	for id := int64(FirstCoupon); id <= LastCoupon; id++ {
-		if _, err := tx.ExecContext(ctx, ignore+" INTO coupon (id, discount_cents, status) VALUES (?, ?, 'AVAILABLE')",
-			id, CouponDiscountCents); err != nil {
+		if _, err := tx.ExecContext(ctx, st.seedCoupon, id, CouponDiscountCents); err != nil {
 			return fmt.Errorf("orderservice: seed coupon: %w", err)
 		}
 	}

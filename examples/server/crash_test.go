@@ -1,6 +1,7 @@
 package main
 
-// Crash-safety tests with real processes and the real MariaDB: the example
+// Crash-safety tests with real processes and a real MariaDB or PostgreSQL
+// (postgres_test.go runs the same tests there): the example
 // server is built once, started as a child process, killed with SIGKILL (by
 // its own IDEMPOTENCY_CRASH_POINT or by the test) and restarted, while a
 // client retries the same Idempotency-Key with the same body. The rules:
@@ -138,13 +139,24 @@ type crashServer struct {
 	runs []*crashProc
 }
 
-func newCrashServer(t *testing.T, dsn, mode string, extra ...string) *crashServer {
+// crashDatabase opens a fresh database: its handle and the server's -db
+// URL naming it.
+type crashDatabase func(t *testing.T) (*sql.DB, string)
+
+// crashMySQL is a fresh MariaDB database.
+func crashMySQL(t *testing.T) (*sql.DB, string) {
+	t.Helper()
+	db, dsn := testdb.MySQL(t)
+	return db, "mysql://" + dsn
+}
+
+func newCrashServer(t *testing.T, dbURL, mode string, extra ...string) *crashServer {
 	t.Helper()
 	bin, err := crashServerBinary()
 	require.NoError(t, err)
 	s := &crashServer{t: t, bin: bin, addr: crashFreePort(t)}
 	s.args = append([]string{
-		"-addr", s.addr, "-db", "mysql://" + dsn, "-mode", mode,
+		"-addr", s.addr, "-db", dbURL, "-mode", mode,
 		"-lease", crashTestLease.String(), "-reconcile-interval", crashTestReconcile.String(),
 	}, extra...)
 	s.logPath = filepath.Join(t.TempDir(), "server.log")
@@ -434,6 +446,10 @@ func crashPointCases() []crashPointCase {
 // request that reaches it), restarts it without the crash point and retries
 // the same key with the same body.
 func TestCrashAtEveryPoint_RetryAfterRestartCreatesOneOrderWithinLeasePlusReconcileAndReplaysItByteForByte(t *testing.T) {
+	testCrashAtEveryPoint(t, crashMySQL)
+}
+
+func testCrashAtEveryPoint(t *testing.T, open crashDatabase) {
 	var (
 		mu      sync.Mutex
 		results []string
@@ -446,8 +462,8 @@ func TestCrashAtEveryPoint_RetryAfterRestartCreatesOneOrderWithinLeasePlusReconc
 	for _, tc := range crashPointCases() {
 		t.Run(tc.mode+"/"+tc.point, func(t *testing.T) {
 			t.Parallel()
-			db, dsn := testdb.MySQL(t)
-			srv := newCrashServer(t, dsn, tc.mode)
+			db, dbURL := open(t)
+			srv := newCrashServer(t, dbURL, tc.mode)
 			client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 			url := srv.url("/orders")
 			create := newCrashCreate(7, "crash-"+tc.mode+"-"+tc.point)
@@ -536,6 +552,10 @@ type crashKeyResult struct {
 // flight) and retries every key with the same body until it gets a final
 // answer; a 201 is an acknowledged order.
 func TestRandomKill9_NoDuplicateNoLostAcknowledgedOrderAndEveryKeyAnswered(t *testing.T) {
+	testRandomKill9(t, crashMySQL)
+}
+
+func testRandomKill9(t *testing.T, open crashDatabase) {
 	const (
 		clients      = 24
 		kills        = 5
@@ -545,8 +565,8 @@ func TestRandomKill9_NoDuplicateNoLostAcknowledgedOrderAndEveryKeyAnswered(t *te
 	for _, mode := range crashModes {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
-			db, dsn := testdb.MySQL(t)
-			srv := newCrashServer(t, dsn, mode, "-handler-delay", handlerDelay.String())
+			db, dbURL := open(t)
+			srv := newCrashServer(t, dbURL, mode, "-handler-delay", handlerDelay.String())
 			url := srv.url("/orders")
 			current := srv.start("")
 

@@ -2,11 +2,13 @@
 //
 //	go run ./examples/server                      # embedded SQLite, ./orders.db
 //	go run ./examples/server -db 'mysql://root@tcp(127.0.0.1:3306)/test'
+//	go run ./examples/server -db 'postgres://postgres@127.0.0.1:5432/test?sslmode=disable'
 //
 // Flags:
 //
 //	-addr HOST:PORT        listen address (default 127.0.0.1:8080)
-//	-db URL                sqlite://PATH or mysql://DSN (default sqlite://orders.db)
+//	-db URL                sqlite://PATH, mysql://DSN or postgres://… (a pgx
+//	                       connection string) (default sqlite://orders.db)
 //	-mode M                claim-first (default) or single-phase
 //	-lease D               how long a PROCESSING claim is held (default 30s)
 //	-retention D           how long a finished key is remembered, also when the
@@ -49,6 +51,7 @@ import (
 	"github.com/orderguard/idempotency/docs"
 	"github.com/orderguard/idempotency/examples/orderservice"
 	"github.com/orderguard/idempotency/metrics"
+	"github.com/orderguard/idempotency/postgres"
 	"github.com/orderguard/idempotency/sqlite"
 )
 
@@ -76,7 +79,7 @@ func parseFlags(args []string) (flags, error) {
 	var f flags
 	fs := flag.NewFlagSet("server", flag.ContinueOnError)
 	fs.StringVar(&f.addr, "addr", "127.0.0.1:8080", "listen address")
-	fs.StringVar(&f.db, "db", "sqlite://orders.db", "database: sqlite://PATH or mysql://DSN (a go-sql-driver DSN)")
+	fs.StringVar(&f.db, "db", "sqlite://orders.db", "database: sqlite://PATH, mysql://DSN (a go-sql-driver DSN) or postgres://… (a pgx connection string URL)")
 	fs.StringVar(&f.mode, "mode", "claim-first", "recording mode: claim-first or single-phase")
 	fs.DurationVar(&f.reconcileInterval, "reconcile-interval", 5*time.Second, "how often abandoned claims are settled (0 = off)")
 	fs.DurationVar(&f.purgeInterval, "purge-interval", time.Minute, "how often expired records are deleted (0 = off)")
@@ -130,6 +133,7 @@ func run(args []string) error {
 	svc, err := orderservice.New(db, orderservice.Options{
 		Idempotency:  f.idempotency,
 		Store:        store,
+		Dialect:      dialect,
 		HandlerDelay: f.handlerDelay,
 		AfterCreate:  afterCreate(point),
 		Config: idempotency.Config{
@@ -225,7 +229,10 @@ func runPurge(ctx context.Context, log *slog.Logger, store idempotency.Store, ob
 	}
 }
 
-// openDB opens sqlite://PATH or mysql://DSN (see orderservice.OpenMySQL).
+// openDB opens sqlite://PATH, mysql://DSN (see orderservice.OpenMySQL) or
+// postgres://… (postgresql://…), a pgx connection string URL passed whole
+// to postgres.Open; Setup migrates it. It returns the dialect's name as
+// orderservice.Setup and orderservice.Options know it.
 func openDB(url string) (*sql.DB, idempotency.Store, string, error) {
 	switch {
 	case strings.HasPrefix(url, "sqlite://"):
@@ -244,7 +251,13 @@ func openDB(url string) (*sql.DB, idempotency.Store, string, error) {
 			return nil, nil, "", fmt.Errorf("-db: %w", err)
 		}
 		return db, idempotency.NewMySQLStore(db), "mysql", nil
+	case strings.HasPrefix(url, "postgres://"), strings.HasPrefix(url, "postgresql://"):
+		db, err := postgres.Open(url)
+		if err != nil {
+			return nil, nil, "", fmt.Errorf("-db: %w", err)
+		}
+		return db, postgres.NewStore(db), "postgres", nil
 	default:
-		return nil, nil, "", fmt.Errorf("-db %q: want sqlite://PATH or mysql://DSN", url)
+		return nil, nil, "", fmt.Errorf("-db %q: want sqlite://PATH, mysql://DSN or postgres://USER@HOST:PORT/DB", url)
 	}
 }

@@ -14,7 +14,7 @@ import (
 func TestServer_MetricsEndpoint_CountsCreatesReplaysAndConflicts(t *testing.T) {
 	t.Parallel()
 	_, dsn := testdb.MySQL(t)
-	s := newCrashServer(t, dsn, "claim-first")
+	s := newCrashServer(t, "mysql://"+dsn, "claim-first")
 	s.start("")
 	client := &http.Client{}
 

@@ -33,6 +33,8 @@ import (
 	"github.com/orderguard/idempotency/docs"
 	"github.com/orderguard/idempotency/examples/orderservice"
 	"github.com/orderguard/idempotency/internal/testdb"
+	"github.com/orderguard/idempotency/postgres"
+	"github.com/orderguard/idempotency/postgres/pgtest"
 	"github.com/orderguard/idempotency/sqlite"
 )
 
@@ -89,7 +91,7 @@ type openAPIBundle struct {
 	srv    *httptest.Server
 }
 
-// setupOpenAPI serves the service on dialect ("sqlite" or "mysql") with
+// setupOpenAPI serves the service on dialect ("sqlite", "mysql" or "postgres") with
 // opts, the idempotency middleware on and faults injected by key.
 func setupOpenAPI(t *testing.T, dialect string, opts orderservice.Options) *openAPIBundle {
 	t.Helper()
@@ -103,11 +105,15 @@ func setupOpenAPI(t *testing.T, dialect string, opts orderservice.Options) *open
 	case "mysql":
 		b.db, _ = testdb.MySQL(t)
 		opts.Store = idempotency.NewMySQLStore(b.db)
+	case "postgres":
+		b.db, _ = pgtest.Postgres(t)
+		opts.Store = postgres.NewStore(b.db)
 	default:
 		t.Fatalf("unknown dialect %q", dialect)
 	}
 	require.NoError(t, orderservice.Setup(context.Background(), b.db, dialect))
 	opts.Idempotency = true
+	opts.Dialect = dialect
 	opts.AfterCreate = openAPIInjectFault
 	svc, err := orderservice.New(b.db, opts)
 	require.NoError(t, err)
@@ -414,7 +420,7 @@ func TestOpenAPI_Server_ServesTheEmbeddedDocument(t *testing.T) {
 
 func TestOpenAPI_ServerAnswers_MatchTheDocument(t *testing.T) {
 	t.Parallel()
-	for _, dialect := range []string{"sqlite", "mysql"} {
+	for _, dialect := range []string{"sqlite", "mysql", "postgres"} {
 		t.Run(dialect, func(t *testing.T) {
 			t.Parallel()
 			b := setupOpenAPI(t, dialect, orderservice.Options{})

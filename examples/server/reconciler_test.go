@@ -36,7 +36,7 @@ func TestNewReconciler_TakesIntervalAndRetentionFromTheFlags(t *testing.T) {
 func TestServer_ReconcilerBackfill_LivesTheRetentionFlag(t *testing.T) {
 	t.Parallel()
 	db, dsn := testdb.MySQL(t)
-	s := newCrashServer(t, dsn, "claim-first", "-retention", "1h")
+	s := newCrashServer(t, "mysql://"+dsn, "claim-first", "-retention", "1h")
 	s.start("") // it migrates and seeds the database
 
 	ctx := context.Background()

@@ -1,4 +1,6 @@
-// Package pgtest gives each test its own fresh PostgreSQL schema.
+// Package pgtest gives each test its own fresh PostgreSQL schema, and the
+// pgx connection string URL that names it (search_path), which a program
+// under test (the example server, idemctl) can be given whole.
 //
 // The server comes from IDEMPOTENCY_TEST_POSTGRES_DSN (a pgx connection
 // string, default postgres://postgres@127.0.0.1:5432/test?sslmode=disable).
