@@ -132,6 +132,14 @@ type Config struct {
 	// hostname-pid.
 	InstanceID string
 
+	// SharedCache is an optional pre-filter shared by the fleet (Redis, in
+	// package github.com/orderguard/idempotency/redis): it replays committed
+	// snapshots that another instance wrote and answers in-progress while
+	// another instance executes the key, without a database round trip. It
+	// never decides whether an attempt executes: the Store does. Defaults to
+	// none.
+	SharedCache SharedCache
+
 	// Observer receives every outcome; if it also implements StageObserver,
 	// every stage. Defaults to none.
 	Observer Observer

@@ -2,6 +2,7 @@ package idempotency
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -28,6 +29,7 @@ type Middleware struct {
 	replayHeaders []string
 	inflight      inflight
 	cache         *replayCache
+	replayHint    replayHint // single-phase: read the record before executing?
 }
 
 // New returns a Middleware over store. A nil cfg means the defaults.
@@ -90,8 +92,9 @@ type attempt struct {
 	keyHash     string
 	fingerprint string
 	body        []byte
-	lease       Lease   // held while executing
-	outcome     Outcome // the final outcome, once done
+	lease       Lease        // held while executing
+	outcome     Outcome      // the final outcome, once done
+	from        ReplaySource // where a replay comes from, if not the store
 }
 
 // serve is the protocol, one step per stage:
@@ -119,9 +122,16 @@ func (a *attempt) serve() {
 	}
 	// A finished key this process has seen is answered without the store.
 	if rec := a.m.cache.get(a.scope, a.key); rec != nil {
+		a.from = ReplayFromCache
 		a.respondToDuplicate(rec)
 		return
 	}
+	// Config.SharedCache, if any: a pre-filter, never the source of truth (shared.go).
+	unmark, answered := a.preFilter()
+	if answered {
+		return
+	}
+	defer unmark()
 	if a.mode == ModeSinglePhase {
 		a.serveSinglePhase() // steps 5 and 6 with the record written last
 		return
@@ -675,7 +685,7 @@ func (a *attempt) respondToDuplicate(rec *Record) {
 		_, end := a.m.startStage(a.ctx, StageReplay)
 		writeReplay(a.w, rec.Snapshot)
 		end(StageEnd{Outcome: OutcomeReplayed, Record: rec.Status, KeyHash: a.keyHash})
-		a.done(Event{Outcome: OutcomeReplayed, Status: rec.Snapshot.StatusCode, Replayed: rec.Status})
+		a.done(Event{Outcome: OutcomeReplayed, Status: rec.Snapshot.StatusCode, Replayed: rec.Status, From: cmp.Or(a.from, ReplayFromStore)})
 	default:
 		p := a.problem(ErrInProgress)
 		WriteProblem(a.w, p)
@@ -738,6 +748,7 @@ func (a *attempt) lookup(ctx context.Context) (*Record, error) {
 	if err == nil && rec.Status.Final() && !rec.Expired {
 		ttl := rec.ExpiresAt.Sub(rec.ReadAt)
 		a.m.cache.put(rec, ttl-cacheMargin(ttl))
+		a.m.putShared(rec, ttl-cacheMargin(ttl)) // Config.SharedCache (shared.go)
 	}
 	return rec, err
 }
@@ -747,7 +758,9 @@ func (a *attempt) lookup(ctx context.Context) (*Record, error) {
 func (m *Middleware) cacheOwn(scope, key, fingerprint string, st Status, snap *Snapshot, started time.Time) {
 	ttl := m.cfg.Retention
 	ttl -= cacheMargin(ttl) + time.Since(started)
-	m.cache.put(&Record{Scope: scope, Key: key, Fingerprint: fingerprint, Status: st, Snapshot: snap}, ttl)
+	rec := &Record{Scope: scope, Key: key, Fingerprint: fingerprint, Status: st, Snapshot: snap}
+	m.cache.put(rec, ttl)
+	m.putShared(rec, ttl) // Config.SharedCache (shared.go)
 }
 
 // note reports a step outcome.

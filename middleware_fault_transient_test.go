@@ -70,6 +70,9 @@ func TestFault_SinglePhaseRolledBackByTheDatabase_ReplaysTheWinnerOrRunsAgain(t 
 	singlePhase := func(script func(h *faultHarness)) func(h *faultHarness) {
 		return func(h *faultHarness) {
 			h.mode = idempotency.ModeSinglePhase
+			// A fresh single-phase route reads the record before executing
+			// (its cache is empty: retries are what arrives after a start).
+			h.lookupFindsNothing()
 			script(h)
 		}
 	}

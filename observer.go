@@ -45,12 +45,24 @@ type Event struct {
 	Outcome  Outcome
 	Status   int           // HTTP status answered (final outcomes)
 	Replayed Status        // for OutcomeReplayed: the record's final status
+	From     ReplaySource  // for OutcomeReplayed: where the snapshot came from
 	Duration time.Duration // for final outcomes: time since the request arrived
 	Err      error         // for OutcomeStoreError, OutcomeReleased, OutcomeUnknown
 	KeyHash  string        // KeyHash of the scope and key; never the raw key
 	Count    int64         // for background outcomes
 	Final    bool          // the request's one final outcome
 }
+
+// ReplaySource says where a replayed snapshot came from. A replay from the
+// store that followed an execution (a single-phase duplicate that collided
+// and rolled back) has also reported OutcomeCollided as a step.
+type ReplaySource string
+
+// Replay sources.
+const (
+	ReplayFromCache ReplaySource = "cache" // this process's replay cache: the store was not asked
+	ReplayFromStore ReplaySource = "store" // the record, read from the store
+)
 
 // Stage is a timed part of the protocol.
 type Stage string

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"sync/atomic"
 	"time"
 )
 
@@ -13,10 +14,15 @@ import (
 // The handler runs at once, and the finished record is inserted as the last
 // statement of its transaction. A concurrent duplicate executes too, then
 // blocks on the record's (or the order's) unique key until the first
-// commits, fails, rolls back and replays the winner. So does a replay that
-// misses the in-process cache: it costs an execution and a rollback instead
-// of a lookup, which is the price of one round trip less for every new key.
+// commits, fails, rolls back and replays the winner. A replay that misses
+// the in-process cache (a retry that reached another instance) would do the
+// same; while such retries are frequent on this route (replayHint), the
+// record is read first instead, and a finished key is replayed without
+// executing. New keys pay that read only then.
 func (a *attempt) serveSinglePhase() {
+	if a.m.replayHint.request() && a.answerFromRecord() {
+		return
+	}
 	for run := 1; a.executeSinglePhase(run < maxSinglePhaseRuns); run++ {
 		a.rewindBody()
 	}
@@ -27,6 +33,76 @@ func (a *attempt) serveSinglePhase() {
 		a.serveClaimFirst()
 	}
 }
+
+// answerFromRecord reads the key's record before executing and answers
+// from it when that is the answer executing would lead to: a final record is
+// replayed (or refused for another fingerprint), a PROCESSING record under a
+// live lease (a renewal in flight) is in progress, and a record past its
+// retention or with an expired lease is renewed claim-first at once, as a
+// collision with it would have been. It reports whether the attempt was
+// answered. No record, or a failed read, leaves the decision to the
+// execution: its INSERT still collides with a duplicate that commits
+// meanwhile, so the read is never what makes a key execute once.
+func (a *attempt) answerFromRecord() bool {
+	rec, err := a.lookup(a.ctx)
+	if err != nil {
+		return false
+	}
+	a.m.replayHint.record()
+	if a.mayTakeOver(rec) {
+		a.mode, a.renewing = ModeClaimFirst, true
+		a.serveClaimFirst()
+		return true
+	}
+	a.respondToDuplicate(rec)
+	return true
+}
+
+// replayHint tells a single-phase route whether to read the record before
+// executing. Reading costs every request that misses the replay cache a
+// primary-key SELECT: one round trip, which on a CPU-bound server took B1
+// from 0.81 to 0.68 of the bare create's throughput (docs/benchmarks.md,
+// "Fleet"). Not reading costs a retry of a finished key a whole execution,
+// rolled back. So the route starts reading when, over a window of
+// requests that missed the cache, at least one in replayReadFrom met
+// an existing record (a read that found one, or an execution that collided
+// with one), and stops when fewer than one in replayStopBelow did: retries
+// that keep arriving on other instances are answered from the record, and
+// with only new keys, as on a single instance whose cache answers its
+// retries, nothing is read and single-phase keeps its one round trip over
+// the bare handler. The gap between the two keeps a share of retries near
+// the threshold from switching every window. A new process reads for its
+// first window: its cache is empty, and after a restart retries are what
+// arrives. It is a hint, never a decision: either way the record's INSERT
+// decides who executes.
+type replayHint struct {
+	seen, found atomic.Int64
+	skip        atomic.Bool // do not read first
+}
+
+const (
+	replayHintWindow = 256 // requests that missed the cache, per decision
+	replayReadFrom   = 50  // start reading when at least 1 in 50 met a record
+	replayStopBelow  = 100 // stop when fewer than 1 in 100 did
+)
+
+// request counts a request that missed the replay cache and reports
+// whether it should read the record first. Every replayHintWindow requests
+// it decides again from the records met since the last decision.
+func (h *replayHint) request() bool {
+	if h.seen.Add(1)%replayHintWindow == 0 {
+		found := h.found.Swap(0)
+		if h.skip.Load() {
+			h.skip.Store(found*replayReadFrom < replayHintWindow)
+		} else {
+			h.skip.Store(found*replayStopBelow < replayHintWindow)
+		}
+	}
+	return !h.skip.Load()
+}
+
+// record counts a request that met an existing record.
+func (h *replayHint) record() { h.found.Add(1) }
 
 // maxSinglePhaseRuns bounds how often one single-phase request executes
 // its handler when the database rolls the execution back (deadlock,
@@ -199,6 +275,9 @@ func (a *attempt) storeRejectionSinglePhase(ctx context.Context, res *handlerRes
 // attempt's execution was rolled back, as a collision's always is.
 func (a *attempt) answerWinner(ctx context.Context, collided bool) bool {
 	rec, err := a.lookup(ctx)
+	if err == nil {
+		a.m.replayHint.record()
+	}
 	switch {
 	case collided && errors.Is(err, ErrRecordNotFound):
 		a.mode, a.renewing = ModeClaimFirst, true

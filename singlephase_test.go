@@ -35,9 +35,10 @@ func TestSinglePhase_64RequestsOneKey_OneOrderAndEveryoneGetsTheSame201(t *testi
 }
 
 // A replay that misses the in-process cache (another instance, or an
-// evicted entry) executes, meets the finished record at commit, rolls back
-// and replays it; a changed request is still refused.
-func TestSinglePhase_ReplayOnAnotherInstance_ExecutesRollsBackAndReplays(t *testing.T) {
+// evicted entry) replays the first answer, whether it reads the record first
+// (replayHint) or executes, meets the finished record at commit and rolls
+// back; a changed request is still refused.
+func TestSinglePhase_ReplayOnAnotherInstance_ReplaysTheFirstAnswer(t *testing.T) {
 	t.Parallel()
 	b := setup(t, idempotency.Config{Mode: idempotency.ModeSinglePhase}, 0)
 	other, err := orderservice.New(b.db, orderservice.Options{Idempotency: true, Store: idempotency.NewMySQLStore(b.db),

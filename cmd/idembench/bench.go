@@ -46,7 +46,11 @@ type Point struct {
 	BaselineP99 float64            `json:"baseline_p99_ms,omitempty"`
 	Server      map[string]float64 `json:"server,omitempty"` // per-request counters and CPU %
 
-	lat []time.Duration
+	// Kinds is a mixed point's latency by request kind (the fleet family).
+	Kinds map[string]*KindStat `json:"kinds,omitempty"`
+
+	lat     []time.Duration
+	kindLat map[string][]time.Duration
 }
 
 func (p *Point) label() string {
@@ -101,7 +105,7 @@ func (r *runner) sample(client *http.Client, probe func() map[string]float64, fa
 	p := &Point{
 		Family: family, Bench: bench, Variant: variant, Concurrency: conc, Records: records,
 		Requests: s.requests, Errors: s.errors, FirstError: s.firstErr, Seconds: s.window.Seconds(),
-		Statuses: map[string]int{}, Server: s.probe, lat: s.lat,
+		Statuses: map[string]int{}, Server: s.probe, lat: s.lat, kindLat: s.kindLat,
 	}
 	for k, v := range s.statuses {
 		p.Statuses[strconv.Itoa(k)] = v
@@ -148,6 +152,15 @@ func mergePoints(ps []*Point) *Point {
 			m.Statuses[k] += v
 		}
 		m.lat = append(m.lat, p.lat...)
+		for k, l := range p.kindLat {
+			if m.kindLat == nil {
+				m.kindLat = map[string][]time.Duration{}
+			}
+			m.kindLat[k] = append(m.kindLat[k], l...)
+		}
+	}
+	for _, l := range m.kindLat {
+		slices.Sort(l)
 	}
 	// cpu_* are shares of a core over the window: weighted by time. The
 	// rest are per request: weighted by requests. A slice without a value

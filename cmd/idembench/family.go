@@ -31,6 +31,9 @@ type family struct {
 	store   idempotency.Store
 	client  *http.Client
 	probe   func() map[string]float64
+	// openDB opens another pool to the family's database, as another
+	// instance of the service would (MariaDB only; nil elsewhere).
+	openDB func() *sql.DB
 
 	cleanup []func()
 }
@@ -80,12 +83,16 @@ func openMariaDB(ctx context.Context, dsn, label string) (*family, error) {
 		return nil, err
 	}
 	counts := &sqlCounts{}
-	db := sql.OpenDB(countingConnector{Connector: connector, n: counts})
-	db.SetMaxOpenConns(64)
-	db.SetMaxIdleConns(64)
-	db.SetConnMaxLifetime(time.Hour)
+	f.openDB = func() *sql.DB {
+		db := sql.OpenDB(countingConnector{Connector: connector, n: counts})
+		db.SetMaxOpenConns(64)
+		db.SetMaxIdleConns(64)
+		db.SetConnMaxLifetime(time.Hour)
+		f.cleanup = append(f.cleanup, func() { db.Close() })
+		return db
+	}
+	db := f.openDB()
 	f.db = db
-	f.cleanup = append(f.cleanup, func() { db.Close() })
 	if err := orderservice.Setup(ctx, db, "mysql"); err != nil {
 		f.close()
 		return nil, fmt.Errorf("setup %s: %w", name, err)

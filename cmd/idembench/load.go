@@ -57,7 +57,17 @@ type request struct {
 	body []byte
 	want []byte // if set, the response body must equal it (a replay)
 	url  string // if set, sent here instead of the target's url (several instances)
+	// kind, if set, files the request's latency under it too (sample.kindLat),
+	// for a point mixing several kinds of request; kindReplay also requires
+	// the replay marker.
+	kind string
 }
+
+// Request kinds of a mixed workload (the fleet family).
+const (
+	kindNew    = "new"
+	kindReplay = "replay"
+)
 
 // generator returns worker w's next request.
 type generator func(w *worker) request
@@ -71,6 +81,9 @@ type target struct {
 	// requires Idempotent-Replayed: true (our middleware's replay marker).
 	wantStatus   int
 	wantReplayed bool
+	// done, if set, is told every answer (the worker's buffer holds its
+	// body): the fleet family learns the keys it may retry from it.
+	done func(w *worker, rq request, status int, err error)
 	// tolerateStatus, if set, is a status counted (in statuses) but neither
 	// as an error nor as a completed request: the cluster family's bare
 	// baseline on two nodes, whose commits can fail certification (503).
@@ -125,7 +138,8 @@ func genReplay(pool []poolEntry) generator {
 
 // sample is the outcome of one load point.
 type sample struct {
-	lat      []time.Duration // latencies of requests completed in the window
+	lat      []time.Duration            // latencies of requests completed in the window
+	kindLat  map[string][]time.Duration // the same, by request.kind (sorted)
 	requests int64
 	errors   int64
 	statuses map[int]int
@@ -145,6 +159,7 @@ func runLoad(client *http.Client, t target, conc int, warmup, dur time.Duration,
 	winEnd := winStart.Add(dur)
 	type result struct {
 		lat      []time.Duration
+		kindLat  map[string][]time.Duration
 		errors   int64
 		statuses map[int]int
 		firstErr string
@@ -159,6 +174,7 @@ func runLoad(client *http.Client, t target, conc int, warmup, dur time.Duration,
 			res := &results[i]
 			res.lat = make([]time.Duration, 0, 4096)
 			res.statuses = map[int]int{}
+			res.kindLat = map[string][]time.Duration{}
 			for {
 				now := time.Now()
 				if now.After(winEnd) {
@@ -167,6 +183,9 @@ func runLoad(client *http.Client, t target, conc int, warmup, dur time.Duration,
 				rq := t.gen(w)
 				status, err := w.do(client, t, rq)
 				done := time.Now()
+				if t.done != nil {
+					t.done(w, rq, status, err)
+				}
 				if done.Before(winStart) || done.After(winEnd) {
 					if err != nil {
 						time.Sleep(5 * time.Millisecond)
@@ -186,6 +205,9 @@ func runLoad(client *http.Client, t target, conc int, warmup, dur time.Duration,
 					continue
 				}
 				res.lat = append(res.lat, done.Sub(now))
+				if rq.kind != "" {
+					res.kindLat[rq.kind] = append(res.kindLat[rq.kind], done.Sub(now))
+				}
 			}
 		}()
 	}
@@ -201,6 +223,12 @@ func runLoad(client *http.Client, t target, conc int, warmup, dur time.Duration,
 	s := sample{statuses: map[int]int{}, window: dur}
 	for _, r := range results {
 		s.lat = append(s.lat, r.lat...)
+		for k, l := range r.kindLat {
+			if s.kindLat == nil {
+				s.kindLat = map[string][]time.Duration{}
+			}
+			s.kindLat[k] = append(s.kindLat[k], l...)
+		}
 		s.errors += r.errors
 		for k, v := range r.statuses {
 			s.statuses[k] += v
@@ -211,6 +239,9 @@ func runLoad(client *http.Client, t target, conc int, warmup, dur time.Duration,
 	}
 	s.requests = int64(len(s.lat)) + s.errors
 	slices.Sort(s.lat)
+	for _, l := range s.kindLat {
+		slices.Sort(l)
+	}
 	if before != nil && after != nil && s.requests > 0 {
 		s.probe = map[string]float64{}
 		for k, a := range after {
@@ -266,7 +297,7 @@ func (w *worker) do(client *http.Client, t target, rq request) (int, error) {
 	if resp.StatusCode != t.wantStatus {
 		return resp.StatusCode, fmt.Errorf("status %d, want %d: %.200s", resp.StatusCode, t.wantStatus, w.buf.Bytes())
 	}
-	if t.wantReplayed && resp.Header.Get("Idempotent-Replayed") != "true" {
+	if (t.wantReplayed || rq.kind == kindReplay) && resp.Header.Get("Idempotent-Replayed") != "true" {
 		return resp.StatusCode, fmt.Errorf("answer not marked Idempotent-Replayed: %.200s", w.buf.Bytes())
 	}
 	if rq.want != nil && !bytes.Equal(w.buf.Bytes(), rq.want) {

@@ -52,6 +52,7 @@ type options struct {
 	out          string
 	sqlite       bool
 	fiber        bool
+	fleet        bool
 	b4           bool
 	ceiling      bool
 	gobench      bool
@@ -87,6 +88,7 @@ func parseOptions(args []string) (options, error) {
 	fs.BoolVar(&o.sqlite, "sqlite", true, "include SQLite rows (default on in full mode, off with -quick unless given)")
 	fs.BoolVar(&o.fiber, "fiber", true, "include B5, Fiber v3 + Redis")
 	fs.BoolVar(&o.b4, "b4", true, "include B4, existing records")
+	fs.BoolVar(&o.fleet, "fleet", true, "include the fleet family: three instances on one MariaDB database, random routing, 5 % and 20 % retries landing anywhere (default on in full mode, off with -quick unless given)")
 	fs.BoolVar(&o.ceiling, "ceiling", true, "measure the harness ceiling (a no-op 201 handler, no database; default on in full mode, off with -quick unless given)")
 	fs.BoolVar(&o.gobench, "gobench", true, "run the root package's Go benchmarks (-benchmem)")
 	fs.StringVar(&o.benchtime, "benchtime", "", "-benchtime for the Go benchmarks (default go test's, -quick 100ms)")
@@ -135,6 +137,9 @@ func parseOptions(args []string) (options, error) {
 	}
 	if o.quick && !set["sqlite"] {
 		o.sqlite = false
+	}
+	if o.quick && !set["fleet"] {
+		o.fleet = false
 	}
 	if o.quick && !set["ceiling"] {
 		o.ceiling = false
@@ -257,6 +262,16 @@ func run(args []string) int {
 			return r.runB3(ctx, f)
 		})
 	}
+	if opts.fleet {
+		step("fleet", func() error {
+			f, err := openMariaDB(ctx, opts.mysql, "fleet")
+			if err != nil {
+				return err
+			}
+			defer f.close()
+			return r.runFleet(ctx, f)
+		})
+	}
 	if opts.b4 {
 		step("b4", func() error {
 			f, err := openMariaDB(ctx, opts.mysql, "b4")
@@ -327,7 +342,7 @@ func (o options) summary() map[string]any {
 		"quick": o.quick, "duration": o.duration.String(), "warmup": o.warmup.String(), "slices": o.slices, "settle_max": o.settleMax.String(), "first_slice_warmup": "all",
 		"concurrency": o.concurrency, "modes": modes, "b4_levels": o.b4Levels, "b4_concurrency": o.b4Conc,
 		"b3_requests": o.b3Conc, "b3_repetitions": o.b3Reps, "replay_pool": o.poolSize,
-		"sqlite": o.sqlite, "fiber": o.fiber, "ceiling": o.ceiling, "b4": o.b4, "gobench": o.gobench, "benchtime": o.benchtime,
+		"sqlite": o.sqlite, "fiber": o.fiber, "fleet": o.fleet, "ceiling": o.ceiling, "b4": o.b4, "gobench": o.gobench, "benchtime": o.benchtime,
 		"mariadb": o.mariadb, "galera": o.galeraDSNs != "", "cluster_concurrency": o.clusterConc, "cluster_lookups": o.lookupN,
 	}
 }

@@ -354,6 +354,7 @@ func (rep *Report) markdown() string {
 	}
 
 	rep.clusterMarkdown(&b)
+	rep.fleetMarkdown(&b)
 
 	if len(rep.GoBench) > 0 {
 		w("## In-process path: allocations per request\n\n")

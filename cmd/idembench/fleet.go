@@ -1,0 +1,287 @@
+package main
+
+// The fleet family (issue 13): three instances of the example order service
+// on one MariaDB database, each with its own *sql.DB, store and replay
+// cache, as three processes behind a load balancer would be. The load
+// generator sends every request to an instance picked at random, with an
+// agent-shaped workload: mostly new keys, plus retries of recently answered
+// keys (5 % and 20 %), which land on any instance, so two retries in three
+// miss the cache of the instance that served the original.
+//
+// Each mixed point alternates in slices with the bare create (the same three
+// instances' unprotected handlers), and its new keys and replays are
+// reported apart, each as a ratio to the bare create, with where each
+// replay was answered from (a counting Observer: Event.From, and a
+// StageExecute before the replay for a re-execution).
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/orderguard/idempotency"
+	"github.com/orderguard/idempotency/examples/orderservice"
+)
+
+const (
+	famFleet       = "fleet-3i"
+	fleetInstances = 3
+	// fleetRecent is how many of the latest answered new keys a retry picks
+	// from: an agent retries what it sent moments ago.
+	fleetRecent = 1024
+)
+
+// fleetRetryShares are the mixed points' shares of retries.
+var fleetRetryShares = []float64{0.05, 0.20}
+
+// KindStat is one kind of request within a mixed point.
+type KindStat struct {
+	Requests int     `json:"requests"`
+	RPS      float64 `json:"rps"` // answers of this kind per second of the window
+	// EquivRPS is concurrency / mean latency: by Little's law the
+	// throughput of a closed loop sending only this kind at the latencies
+	// it had in the mix. Over the bare create's (its own concurrency /
+	// mean latency) it is the kind's throughput ratio.
+	EquivRPS float64 `json:"equiv_rps"`
+	P50      float64 `json:"p50_ms"`
+	P99      float64 `json:"p99_ms"`
+	Mean     float64 `json:"mean_ms"`
+}
+
+// fleetMix is the agent-shaped workload over several instances.
+type fleetMix struct {
+	urls  []string
+	retry float64
+
+	mu     sync.Mutex
+	recent []poolEntry // ring of the latest answered new keys
+	n      int
+}
+
+func (m *fleetMix) gen(w *worker) request {
+	url := m.urls[rand.IntN(len(m.urls))]
+	if rand.Float64() < m.retry {
+		m.mu.Lock()
+		var e poolEntry
+		if m.n > 0 {
+			e = m.recent[rand.IntN(min(m.n, len(m.recent)))]
+		}
+		m.mu.Unlock()
+		if e.key != "" {
+			return request{key: e.key, user: e.user, body: e.body, want: e.resp, url: url, kind: kindReplay}
+		}
+	}
+	rq := genNewKey(w)
+	rq.url, rq.kind = url, kindNew
+	return rq
+}
+
+// done remembers every new key answered as asked, for retries.
+func (m *fleetMix) done(w *worker, rq request, status int, err error) {
+	if err != nil || rq.kind != kindNew {
+		return
+	}
+	e := poolEntry{key: rq.key, user: rq.user, body: rq.body, resp: bytes.Clone(w.buf.Bytes())}
+	m.mu.Lock()
+	m.recent[m.n%len(m.recent)] = e
+	m.n++
+	m.mu.Unlock()
+}
+
+// replaySources counts where the create route's replays were answered from:
+// this instance's replay cache (Event.From), the store after a read, or the
+// store after an execution that collided and rolled back (a StageExecute
+// began in the same request). It is both Observer and StageObserver.
+type replaySources struct {
+	cache, store, reexec, executed atomic.Int64
+}
+
+type requestMarks struct{ executed atomic.Bool }
+
+type marksKey struct{}
+
+func (s *replaySources) StartStage(ctx context.Context, st idempotency.Stage, route string) (context.Context, func(idempotency.StageEnd)) {
+	switch st {
+	case idempotency.StageRequest:
+		ctx = context.WithValue(ctx, marksKey{}, &requestMarks{})
+	case idempotency.StageExecute:
+		if m, ok := ctx.Value(marksKey{}).(*requestMarks); ok && route == "create_order" {
+			m.executed.Store(true)
+			s.executed.Add(1)
+		}
+	}
+	return ctx, func(idempotency.StageEnd) {}
+}
+
+func (s *replaySources) Observe(ctx context.Context, e idempotency.Event) {
+	if !e.Final || e.Outcome != idempotency.OutcomeReplayed || e.Route != "create_order" {
+		return
+	}
+	m, _ := ctx.Value(marksKey{}).(*requestMarks)
+	switch {
+	case e.From == idempotency.ReplayFromCache:
+		s.cache.Add(1)
+	case m != nil && m.executed.Load():
+		s.reexec.Add(1)
+	default:
+		s.store.Add(1)
+	}
+}
+
+// probe adds the counters to a load probe: runLoad reports them per request.
+func (s *replaySources) probe(base func() map[string]float64) func() map[string]float64 {
+	return func() map[string]float64 {
+		out := base()
+		out["replay_from_cache"] = float64(s.cache.Load())
+		out["replay_from_store"] = float64(s.store.Load())
+		out["replay_reexecuted"] = float64(s.reexec.Load())
+		out["handler_runs"] = float64(s.executed.Load())
+		return out
+	}
+}
+
+// runFleet is the fleet family.
+func (r *runner) runFleet(ctx context.Context, f *family) error {
+	c := headlineConc
+	fmt.Fprintf(os.Stderr, "== fleet: %d instances on one database, random routing, c=%d\n", fleetInstances, c)
+	dbs := []*sql.DB{f.db}
+	for len(dbs) < fleetInstances {
+		dbs = append(dbs, f.openDB())
+	}
+	serve := func(opts orderservice.Options) ([]string, error) {
+		var urls []string
+		for _, db := range dbs {
+			if opts.Idempotency {
+				opts.Store = idempotency.NewMySQLStore(db)
+			}
+			svc, err := orderservice.New(db, opts)
+			if err != nil {
+				return nil, err
+			}
+			url, err := f.serveHTTP(svc)
+			if err != nil {
+				return nil, err
+			}
+			urls = append(urls, url)
+		}
+		return urls, nil
+	}
+	bareURLs, err := serve(orderservice.Options{})
+	if err != nil {
+		return err
+	}
+	bare := target{url: bareURLs[0], gen: func(w *worker) request {
+		rq := genBaseline(w)
+		rq.url = bareURLs[rand.IntN(len(bareURLs))]
+		return rq
+	}, wantStatus: http.StatusCreated}
+	for _, mode := range r.opts.modes {
+		src := &replaySources{}
+		urls, err := serve(orderservice.Options{Idempotency: true, Config: idempotency.Config{Mode: mode, Observer: src}})
+		if err != nil {
+			return err
+		}
+		probe := src.probe(f.probe)
+		for _, share := range fleetRetryShares {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			mix := &fleetMix{urls: urls, retry: share, recent: make([]poolEntry, fleetRecent)}
+			t := target{url: urls[0], keyHeader: "Idempotency-Key", gen: mix.gen, done: mix.done, wantStatus: http.StatusCreated}
+			variant := fmt.Sprintf("%s, %.0f%% retries", modeName(mode), 100*share)
+			r.measureFleet(f.client, probe, c, bare, variant, t)
+		}
+	}
+	return nil
+}
+
+// measureFleet is measureAgainst for a mixed point: it also keeps the bare
+// create's mean latency, the denominator of the kinds' throughput ratios,
+// and fills the point's Kinds.
+func (r *runner) measureFleet(client *http.Client, probe func() map[string]float64, conc int, base target, variant string, t target) {
+	n := max(r.opts.slices, 1)
+	slice := r.opts.duration / time.Duration(n)
+	var b0s, bs []*Point
+	for i := range n {
+		warmup := r.opts.warmup
+		if i > 0 {
+			warmup = min(warmup, 200*time.Millisecond)
+		}
+		b0s = append(b0s, r.sample(client, probe, famFleet, "B0", "", conc, 0, base, warmup, slice))
+		bs = append(bs, r.sample(client, probe, famFleet, "F", variant, conc, 0, t, warmup, slice))
+	}
+	b0s = append(b0s, r.sample(client, probe, famFleet, "B0", "", conc, 0, base, 200*time.Millisecond, slice))
+	p0, p := r.record(mergePoints(b0s)), r.record(mergePoints(bs))
+	p.Baseline, p.BaselineRPS, p.BaselineP99 = "B0", p0.RPS, p0.P99
+	p.Kinds = map[string]*KindStat{"bare": kindStat(p0.lat, conc, p0.Seconds)}
+	for k, l := range p.kindLat {
+		p.Kinds[k] = kindStat(l, conc, p.Seconds)
+	}
+	nw, rp := p.Kinds[kindNew], p.Kinds[kindReplay]
+	if nw != nil && rp != nil {
+		fmt.Fprintf(os.Stderr, "    new keys: thr %.2f, P99 %.2f × bare; replays: thr %.2f, P99 %.2f × bare; replays from cache/store/re-execution %s\n",
+			nw.EquivRPS/p.Kinds["bare"].EquivRPS, nw.P99/p0.P99, rp.EquivRPS/p.Kinds["bare"].EquivRPS, rp.P99/p0.P99, sourceShares(p))
+	}
+}
+
+func kindStat(sorted []time.Duration, conc int, seconds float64) *KindStat {
+	k := &KindStat{Requests: len(sorted)}
+	if len(sorted) == 0 {
+		return k
+	}
+	var sum time.Duration
+	for _, d := range sorted {
+		sum += d
+	}
+	k.Mean = float64(sum) / float64(len(sorted)) / 1e6
+	k.RPS = float64(len(sorted)) / seconds
+	k.EquivRPS = float64(conc) / (k.Mean / 1e3)
+	k.P50, k.P99 = percentile(sorted, 50), percentile(sorted, 99)
+	return k
+}
+
+// sourceShares is where a point's replays came from, in % of its replays.
+func sourceShares(p *Point) string {
+	c, s, x := p.Server["replay_from_cache"], p.Server["replay_from_store"], p.Server["replay_reexecuted"]
+	all := c + s + x
+	if all == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.0f / %.0f / %.0f %%", 100*c/all, 100*s/all, 100*x/all)
+}
+
+// fleetMarkdown writes the fleet family's section, if it ran.
+func (rep *Report) fleetMarkdown(b *strings.Builder) {
+	pts := rep.pointsOf(func(p *Point) bool { return p.Family == famFleet && p.Bench == "F" })
+	if len(pts) == 0 {
+		return
+	}
+	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	w("## Fleet: three instances on one database\n\n")
+	w("Three instances of examples/orderservice, each with its own *sql.DB (pool of 64), store and replay cache, over one MariaDB database, served in-process on loopback; every request goes to an instance picked at random. Workload: new keys, plus retries of keys answered moments before (picked from the latest %d), which land on any instance. Each mixed point alternates with the bare create on the same three instances (Idempotency=false) in %v slices. Concurrency %d.\n\n", fleetRecent, rep.Options["slices"], headlineConc)
+	w("| mode, retries | all req/s vs bare | new keys thr vs bare | new keys P99 vs bare | replays thr vs bare | replays P99 vs bare | replays from cache / store / re-execution | handler runs per replay | round trips/req |\n")
+	w("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, p := range pts {
+		bare, nw, rp := p.Kinds["bare"], p.Kinds[kindNew], p.Kinds[kindReplay]
+		if bare == nil || nw == nil || rp == nil || bare.EquivRPS == 0 {
+			continue
+		}
+		// Handler runs beyond one per new key, per replay: the rolled-back
+		// executions of replays.
+		runs := p.Server["handler_runs"] * float64(p.Requests)
+		runsPerReplay := max(0, runs-float64(nw.Requests)) / max(1, float64(rp.Requests))
+		w("| %s | %.2f | %.2f | %.2f | **%.2f** | **%.2f** | %s | %.2f | %.1f |\n", p.Variant, p.RPS/p.BaselineRPS,
+			nw.EquivRPS/bare.EquivRPS, nw.P99/p.BaselineP99, rp.EquivRPS/bare.EquivRPS, rp.P99/p.BaselineP99,
+			sourceShares(p), runsPerReplay, p.Server["round_trips"])
+	}
+	w("\nA kind's throughput ratio is (concurrency / its mean latency in the mix) over (concurrency / the bare create's mean latency): by Little's law, what a closed loop sending only that kind would answer at the latencies it had in the mix, over the bare create's. P99 ratios are over the bare create's P99 in the alternating slices. Sources come from a counting Observer: `Event.From` (cache or store) and, for a re-execution, a StageExecute in the same request. Handler runs per replay counts executions beyond one per new key (rolled-back runs of replays).\n\n")
+	rep.table(b, famFleet, pts, true)
+}

@@ -1,0 +1,302 @@
+package idemredis
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/orderguard/idempotency"
+)
+
+// Config configures a Cache. The zero value is usable: every field has a
+// default.
+type Config struct {
+	// Prefix starts every Redis key the Cache writes, so that several
+	// services (or tests) can share one Redis. Defaults to "idempotency:".
+	Prefix string
+
+	// Timeout bounds every Redis call; a call that takes longer is a miss
+	// and the request goes on to the database. Defaults to 20ms.
+	Timeout time.Duration
+
+	// ProbeInterval is how often, while Redis is down, one call tries it
+	// again; the others skip Redis at no cost. Defaults to 1s.
+	ProbeInterval time.Duration
+
+	// MaxTTL bounds how long a replay is kept in Redis (always less than the
+	// record's remaining retention, which the middleware passes). Defaults
+	// to 1h.
+	MaxTTL time.Duration
+
+	// MaxEntryBytes bounds an encoded replay; larger answers are not cached
+	// in Redis. Defaults to 64 KiB.
+	MaxEntryBytes int
+
+	// DisableInFlightMarkers turns the in-flight markers off: a duplicate
+	// of a key executing on another instance then goes to the database (in
+	// single-phase, it executes and rolls back). Defaults to false.
+	DisableInFlightMarkers bool
+
+	// Logger receives one line per change of Redis's state (down, up
+	// again). Defaults to discarding.
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.Prefix == "" {
+		c.Prefix = "idempotency:"
+	}
+	if c.Timeout == 0 {
+		c.Timeout = 20 * time.Millisecond
+	}
+	if c.ProbeInterval == 0 {
+		c.ProbeInterval = time.Second
+	}
+	if c.MaxTTL == 0 {
+		c.MaxTTL = time.Hour
+	}
+	if c.MaxEntryBytes == 0 {
+		c.MaxEntryBytes = 64 << 10
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Cache is an idempotency.SharedCache on Redis. Create it with New; it is
+// safe for concurrent use.
+type Cache struct {
+	client redis.UniversalClient
+	cfg    Config
+
+	down      atomic.Bool
+	nextProbe atomic.Int64 // unix nanoseconds: when a call may try Redis again while down
+
+	stats struct {
+		hits, misses, corrupt, puts, marked, markerHeld, errors, skipped, downs atomic.Uint64
+	}
+}
+
+var _ idempotency.SharedCache = (*Cache)(nil)
+
+// New returns a Cache over client. A nil cfg means the defaults. The client
+// must be created with ContextTimeoutEnabled, so that Config.Timeout bounds
+// every call; give it MaxRetries -1 and DialerRetries 1 as well (a retry
+// inside the timeout only delays the fall-back to the database).
+func New(client redis.UniversalClient, cfg *Config) (*Cache, error) {
+	if client == nil {
+		return nil, errors.New("idemredis: New needs a Redis client")
+	}
+	c := Config{}
+	if cfg != nil {
+		c = *cfg
+	}
+	c = c.withDefaults()
+	switch {
+	case c.Timeout < 0 || c.ProbeInterval < 0 || c.MaxTTL < 0 || c.MaxEntryBytes < 0:
+		return nil, errors.New("idemredis: Timeout, ProbeInterval, MaxTTL and MaxEntryBytes must not be negative")
+	case !contextTimeoutEnabled(client):
+		return nil, errors.New("idemredis: create the Redis client with ContextTimeoutEnabled: true, or Config.Timeout cannot bound its calls")
+	}
+	return &Cache{client: client, cfg: c}, nil
+}
+
+func contextTimeoutEnabled(client redis.UniversalClient) bool {
+	switch cl := client.(type) {
+	case *redis.Client:
+		return cl.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return cl.Options().ContextTimeoutEnabled
+	case *redis.Ring:
+		return cl.Options().ContextTimeoutEnabled
+	}
+	return true // another implementation: its own business
+}
+
+// Stats counts what the Cache did since it was created.
+type Stats struct {
+	Hits       uint64 // replays found (the middleware still checks the fingerprint)
+	Misses     uint64 // replays not found
+	Corrupt    uint64 // entries that did not decode or belonged to another scope or key: misses
+	Puts       uint64 // replays written
+	Marked     uint64 // in-flight markers set
+	MarkerHeld uint64 // in-flight markers found held by another attempt
+	Errors     uint64 // calls that failed or timed out: the request went on to the database
+	Skipped    uint64 // calls not made because Redis was down
+	Downs      uint64 // times Redis was found down
+	Down       bool   // Redis is down now
+}
+
+// Stats returns the counters.
+func (c *Cache) Stats() Stats {
+	s := &c.stats
+	return Stats{
+		Hits: s.hits.Load(), Misses: s.misses.Load(), Corrupt: s.corrupt.Load(), Puts: s.puts.Load(),
+		Marked: s.marked.Load(), MarkerHeld: s.markerHeld.Load(), Errors: s.errors.Load(),
+		Skipped: s.skipped.Load(), Downs: s.downs.Load(), Down: c.down.Load(),
+	}
+}
+
+// GetReplay implements idempotency.SharedCache: one round trip, GET and PTTL.
+func (c *Cache) GetReplay(ctx context.Context, scope, key string) (*idempotency.Record, time.Duration) {
+	if !c.allow() {
+		return nil, 0
+	}
+	ctx, cancel := c.context(ctx)
+	defer cancel()
+	k := c.redisKey("r:", scope, key)
+	var get *redis.StringCmd
+	var pttl *redis.DurationCmd
+	_, err := c.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		get, pttl = p.Get(ctx, k), p.PTTL(ctx, k)
+		return nil
+	})
+	if errors.Is(get.Err(), redis.Nil) {
+		c.report(pttl.Err())
+		c.stats.misses.Add(1)
+		return nil, 0
+	}
+	if err != nil {
+		c.report(err)
+		c.stats.misses.Add(1)
+		return nil, 0
+	}
+	c.report(nil)
+	b, _ := get.Bytes()
+	rec, err := decodeReplay(b, scope, key)
+	if err != nil {
+		c.stats.corrupt.Add(1)
+		c.stats.misses.Add(1)
+		return nil, 0
+	}
+	c.stats.hits.Add(1)
+	return rec, max(0, pttl.Val()) // -1 (no expiry: not ours) means unknown
+}
+
+// PutReplay implements idempotency.SharedCache.
+func (c *Cache) PutReplay(ctx context.Context, rec *idempotency.Record, ttl time.Duration) {
+	ttl = min(ttl, c.cfg.MaxTTL)
+	if rec == nil || !rec.Status.Final() || rec.Snapshot == nil || ttl < time.Millisecond {
+		return
+	}
+	b := encodeReplay(rec)
+	if len(b) > c.cfg.MaxEntryBytes || !c.allow() {
+		return
+	}
+	ctx, cancel := c.context(ctx)
+	defer cancel()
+	err := c.client.Set(ctx, c.redisKey("r:", rec.Scope, rec.Key), b, ttl).Err()
+	c.report(err)
+	if err == nil {
+		c.stats.puts.Add(1)
+	}
+}
+
+// MarkInFlight implements idempotency.SharedCache: SET NX GET with the TTL,
+// one round trip that either sets the marker or returns the live one.
+func (c *Cache) MarkInFlight(ctx context.Context, m idempotency.InFlightMarker, ttl time.Duration) *idempotency.InFlightMarker {
+	if c.cfg.DisableInFlightMarkers || ttl < time.Millisecond || !c.allow() {
+		return nil
+	}
+	ctx, cancel := c.context(ctx)
+	defer cancel()
+	old, err := c.client.SetArgs(ctx, c.redisKey("m:", m.Scope, m.Key), encodeMarker(m),
+		redis.SetArgs{Mode: "NX", TTL: ttl, Get: true}).Bytes()
+	switch {
+	case errors.Is(err, redis.Nil): // there was none: ours is set
+		c.report(nil)
+		c.stats.marked.Add(1)
+		return nil
+	case err != nil:
+		c.report(err)
+		return nil
+	}
+	c.report(nil)
+	held, err := decodeMarker(old, m.Scope, m.Key)
+	if err != nil {
+		c.stats.corrupt.Add(1)
+		return nil // cannot tell: the database decides
+	}
+	c.stats.markerHeld.Add(1)
+	return held
+}
+
+// unmarkScript deletes a marker only if it is still the caller's.
+var unmarkScript = redis.NewScript(`if redis.call("GET", KEYS[1]) == ARGV[1] then return redis.call("DEL", KEYS[1]) end return 0`)
+
+// UnmarkInFlight implements idempotency.SharedCache. A marker that outlived
+// its TTL and was replaced by another attempt's is left alone.
+func (c *Cache) UnmarkInFlight(ctx context.Context, m idempotency.InFlightMarker) {
+	if c.cfg.DisableInFlightMarkers || !c.allow() {
+		return
+	}
+	ctx, cancel := c.context(ctx)
+	defer cancel()
+	err := unmarkScript.Run(ctx, c.client, []string{c.redisKey("m:", m.Scope, m.Key)}, encodeMarker(m)).Err()
+	if errors.Is(err, redis.Nil) {
+		err = nil
+	}
+	c.report(err)
+}
+
+// redisKey is Prefix, the kind ("r:" replay, "m:" marker) and the SHA-256 of
+// the scope and key, length-prefixed: raw keys never reach Redis's key
+// space, and each entry carries its scope and key to be checked on read.
+func (c *Cache) redisKey(kind, scope, key string) string {
+	h := sha256.New()
+	var n [8]byte
+	binary.BigEndian.PutUint64(n[:], uint64(len(scope)))
+	h.Write(n[:])
+	h.Write([]byte(scope))
+	h.Write([]byte(key))
+	return c.cfg.Prefix + kind + hex.EncodeToString(h.Sum(nil))
+}
+
+// context bounds a call by Config.Timeout, detached from the request's
+// cancellation: a client that went away is not a Redis failure.
+func (c *Cache) context(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), c.cfg.Timeout)
+}
+
+// allow reports whether a call may go to Redis: always while it is up;
+// while it is down, one call per ProbeInterval.
+func (c *Cache) allow() bool {
+	if !c.down.Load() {
+		return true
+	}
+	next := c.nextProbe.Load()
+	if now := time.Now().UnixNano(); now < next || !c.nextProbe.CompareAndSwap(next, now+int64(c.cfg.ProbeInterval)) {
+		c.stats.skipped.Add(1)
+		return false
+	}
+	return true
+}
+
+// report records a call's result: an error that is not a reply from Redis
+// marks it down; any answer marks it up. Each change is logged once.
+func (c *Cache) report(err error) {
+	var reply redis.Error
+	switch {
+	case err == nil || errors.Is(err, redis.Nil):
+		if c.down.CompareAndSwap(true, false) {
+			c.cfg.Logger.Info("idemredis: Redis is reachable again; using it")
+		}
+	case errors.As(err, &reply): // Redis answered, with an error
+		c.stats.errors.Add(1)
+	default:
+		c.stats.errors.Add(1)
+		c.nextProbe.Store(time.Now().UnixNano() + int64(c.cfg.ProbeInterval))
+		if c.down.CompareAndSwap(false, true) {
+			c.stats.downs.Add(1)
+			c.cfg.Logger.Warn("idemredis: Redis is down or slow; failing open to the database", "err", err)
+		}
+	}
+}
