@@ -291,7 +291,18 @@ func (a *attempt) claim() (claimed bool, rec *Record, err error) {
 			end(StageEnd{Outcome: OutcomeStoreError, Err: err})
 			return false, nil, err
 		case rec.Status == StatusProcessing && rec.Owner == c.Owner:
-			return got(Lease{Scope: c.Scope, Key: c.Key, Owner: c.Owner, Version: rec.Version})
+			// Our INSERT landed, maybe long before the error reached us:
+			// renew the lease (fenced) so the handler's budget fits inside
+			// it. Lost meanwhile (taken over): start again.
+			lease, err := a.m.store.Extend(ctx, Lease{Scope: c.Scope, Key: c.Key, Owner: c.Owner, Version: rec.Version}, c.Lease)
+			switch {
+			case err == nil:
+				return got(lease)
+			case errors.Is(err, ErrLeaseLost):
+				continue
+			}
+			end(StageEnd{Outcome: OutcomeStoreError, Err: err})
+			return false, nil, err
 		}
 		if !a.mayTakeOver(rec) {
 			end(StageEnd{Record: rec.Status})

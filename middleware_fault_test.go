@@ -164,6 +164,7 @@ var faultStatements = []struct {
 	{"takeover", regexp.MustCompile(faultSQLTakeOver)},
 	{"finish", regexp.MustCompile(faultSQLFinish)},
 	{"release", regexp.MustCompile(faultSQLRelease)},
+	{"extend", regexp.MustCompile(`UPDATE idempotency_record SET\s+locked_until`)},
 	{"order", regexp.MustCompile(faultSQLOrder)},
 }
 

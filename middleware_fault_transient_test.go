@@ -19,16 +19,30 @@ func TestFault_ClaimConnectionLost_TheRecordSaysWhetherTheInsertLanded(t *testin
 	t.Parallel()
 	runFaultCases(t, []faultCase{
 		{
-			name: "the INSERT landed before the connection dropped: SELECT finds our PROCESSING, the attempt goes on, 201",
+			name: "the INSERT landed before the connection dropped: SELECT finds our PROCESSING, the lease is renewed, the attempt goes on, 201",
 			script: func(h *faultHarness) {
 				h.claimFails(mysql.ErrInvalidConn)
 				h.lookupFinds(faultProcessing(faultOurs, 1))
+				h.expectExtend(1).WillReturnResult(faultAffected1)
 				h.begin()
 				h.orderInserted()
-				h.expectFinishDone(1).WillReturnResult(faultAffected1)
+				h.expectFinishDone(2).WillReturnResult(faultAffected1)
 				h.commits()
 			},
 			want: faultCreated,
+		},
+		{
+			// The error reached us after the lease had run out, and another
+			// attempt took the key over: the renewal is fenced out.
+			name: "our INSERT landed but the lease was taken over before the renewal: claim again, meet the new owner, 409 in-progress",
+			script: func(h *faultHarness) {
+				h.claimFails(mysql.ErrInvalidConn)
+				h.lookupFinds(faultProcessing(faultOurs, 1))
+				h.expectExtend(1).WillReturnResult(faultAffected0)
+				h.claimTaken()
+				h.lookupFinds(faultProcessing(faultTheirs, 2))
+			},
+			want: faultInProgress,
 		},
 		{
 			name: "the INSERT never landed: SELECT finds nothing, the claim runs again, 201",
@@ -49,6 +63,13 @@ func TestFault_ClaimConnectionLost_TheRecordSaysWhetherTheInsertLanded(t *testin
 			want: faultStoreUnavailable,
 		},
 	})
+}
+
+// expectExtend is the fenced heartbeat UPDATE of our record at version.
+func (h *faultHarness) expectExtend(version int64) *sqlmock.ExpectedExec {
+	h.scripted = append(h.scripted, "extend")
+	return h.mock.ExpectExec(`UPDATE idempotency_record SET\s+locked_until`).
+		WithArgs(faultLeaseMicros, faultScope, faultKey, faultSameOwner{h.owner}, version)
 }
 
 // expectInsertFinal is single-phase's record INSERT inside the business

@@ -140,8 +140,9 @@ type SQLStore struct {
 	db      *sql.DB
 	dialect Dialect // as given, statement defaults filled
 
-	adaptMu sync.Mutex
-	adapted atomic.Pointer[Dialect] // dialect after Adapt, once it succeeded
+	adaptMu       sync.Mutex
+	adapted       atomic.Pointer[Dialect] // dialect after Adapt, once it succeeded
+	adaptFailedAt atomic.Int64            // Unix ns of the last failed Adapt
 
 	// retries bounds how often a transient error on a single statement is
 	// retried; backoff is jittered between retryBase and 2*retryBase.
@@ -165,24 +166,39 @@ func NewSQLStore(db *sql.DB, d Dialect) *SQLStore {
 // that has not succeeded yet. Until it does, the statements as given serve.
 // It may need a connection of its own, so it is never called while a
 // transaction holds one (BeginTx adapts first; see sqlNow): with the pool
-// exhausted by open transactions it would wait for one of them to end.
+// exhausted by open transactions it would wait for one of them to end. It
+// never makes a caller wait for another's adaptation: while one runs (at
+// most adaptTimeout), or for adaptBackoff after one failed, the others use
+// the statements as given.
 func (s *SQLStore) sqlFor(ctx context.Context) *Dialect {
 	if d := s.adapted.Load(); d != nil {
 		return d
 	}
-	s.adaptMu.Lock()
+	if time.Since(time.Unix(0, s.adaptFailedAt.Load())) < adaptBackoff || !s.adaptMu.TryLock() {
+		return &s.dialect
+	}
 	defer s.adaptMu.Unlock()
 	if d := s.adapted.Load(); d != nil {
 		return d
 	}
+	ctx, cancel := context.WithTimeout(ctx, adaptTimeout)
+	defer cancel()
 	d, err := s.dialect.Adapt(ctx, s.db, s.dialect)
 	if err != nil {
+		s.adaptFailedAt.Store(time.Now().UnixNano())
 		return &s.dialect
 	}
 	d = d.withStatementDefaults()
 	s.adapted.Store(&d)
 	return &d
 }
+
+// Adapting the dialect is bounded, and a failure is retried no sooner than
+// adaptBackoff later.
+const (
+	adaptTimeout = 2 * time.Second
+	adaptBackoff = time.Second
+)
 
 // sqlNow is sqlFor without adapting: for statements inside a transaction.
 func (s *SQLStore) sqlNow() *Dialect {

@@ -235,7 +235,10 @@ var unmarkScript = redis.NewScript(`if redis.call("GET", KEYS[1]) == ARGV[1] the
 // UnmarkInFlight implements idempotency.SharedCache. A marker that outlived
 // its TTL and was replaced by another attempt's is left alone.
 func (c *Cache) UnmarkInFlight(ctx context.Context, m idempotency.InFlightMarker) {
-	if c.cfg.DisableInFlightMarkers || !c.allow() {
+	// Tried even while Redis is marked down (one call, bounded by Timeout):
+	// a marker left behind by a live owner would answer in-progress for a
+	// finished key on every other instance until its lease ran out.
+	if c.cfg.DisableInFlightMarkers {
 		return
 	}
 	ctx, cancel := c.context(ctx)

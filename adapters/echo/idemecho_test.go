@@ -393,12 +393,13 @@ func TestMiddleware_Panic_Answers500AndRollsBack(t *testing.T) {
 	require.Equal(t, 1, b.count(t, "purchase_order"))
 }
 
-// A single-phase route renewing a key past its retention runs the handler
-// twice in one request: once single-phase (its record insert collides with
-// the expired record and rolls back), then again under a fenced takeover,
-// each run with a response over its own recorder.
+// A single-phase route renewing a key past its retention runs it under a
+// fenced takeover; a run of the renewal that fails transiently (a 503: the
+// database rolled it back) is run again in the same request, so the handler
+// runs twice, each run with a response over its own recorder.
 func TestMiddleware_SinglePhaseRenewal_RunsTheHandlerAgain(t *testing.T) {
 	t.Parallel()
+	var failOnce atomic.Bool
 	b := setup(t, idempotency.Config{
 		Mode: idempotency.ModeSinglePhase, Lease: time.Second, Retention: time.Second, ReplayCacheBytes: -1,
 	}, func(c echo.Context) error {
@@ -406,12 +407,16 @@ func TestMiddleware_SinglePhaseRenewal_RunsTheHandlerAgain(t *testing.T) {
 		if err != nil {
 			return insertFailed(err)
 		}
+		if failOnce.CompareAndSwap(true, false) {
+			return echo.NewHTTPError(http.StatusServiceUnavailable, "rolled back by the database")
+		}
 		return c.JSON(http.StatusCreated, map[string]string{"order_no": order.OrderNo})
 	})
 
 	first := b.post(t, "renew-1", body)
 	require.Equal(t, http.StatusCreated, first.Status)
 	time.Sleep(1500 * time.Millisecond) // past retention by the database's clock
+	failOnce.Store(true)
 
 	renewed := b.post(t, "renew-1", body)
 	require.Equal(t, http.StatusCreated, renewed.Status, "body: %s", renewed.Body)

@@ -570,20 +570,26 @@ func TestKeyOptional_PassesKeylessRequestsThroughUnrecorded(t *testing.T) {
 }
 
 // singlePhaseRenewal is a single-phase route whose keys expire after a
-// second, without the replay cache: a request for an expired key runs the
-// handlers twice, once single-phase (its record insert collides with the
-// expired record and rolls back), then again under a fenced takeover.
+// second, without the replay cache: a request for an expired key renews it
+// under a fenced takeover, and a run of that renewal that fails transiently
+// (a 503: the database rolled it back) is run again in the same request, so
+// the handlers run twice.
 var singlePhaseRenewal = idempotency.Config{
 	Mode: idempotency.ModeSinglePhase, Lease: time.Second, Retention: time.Second, ReplayCacheBytes: -1,
 }
 
 func TestWrap_SinglePhaseRenewal_RunsTheHandlersAgain(t *testing.T) {
 	t.Parallel()
+	var failOnce atomic.Bool
 	b := setup(t, wrap, singlePhaseRenewal, func(c *gin.Context) {
 		_ = c.Error(errors.New("noted by this run"))
 		order, err := insertOrder(c, 20001, 1, false) // the old order keeps the key
 		if err != nil {
 			insertFailed(c, err)
+			return
+		}
+		if failOnce.CompareAndSwap(true, false) {
+			c.JSON(http.StatusServiceUnavailable, gin.H{"error": "rolled back by the database"})
 			return
 		}
 		c.JSON(http.StatusCreated, gin.H{"order_no": order.OrderNo})
@@ -592,6 +598,7 @@ func TestWrap_SinglePhaseRenewal_RunsTheHandlersAgain(t *testing.T) {
 	first := b.post(t, "renew-1", body)
 	require.Equal(t, http.StatusCreated, first.Status)
 	time.Sleep(1500 * time.Millisecond) // past retention by the database's clock
+	failOnce.Store(true)
 
 	renewed := b.post(t, "renew-1", body)
 	require.Equal(t, http.StatusCreated, renewed.Status, "body: %s", renewed.Body)
@@ -619,10 +626,15 @@ func TestWrap_SinglePhaseRenewal_RunsTheHandlersAgain(t *testing.T) {
 // stop after the first and commit an empty 200.
 func TestWrap_RunAfterAnAbortedRun_RunsTheHandlersUntilOneAnswers(t *testing.T) {
 	t.Parallel()
+	var failOnce atomic.Bool
 	b := setup(t, wrap, singlePhaseRenewal, func(c *gin.Context) {
 		order, err := insertOrder(c, 20001, 1, false)
 		if err != nil {
 			insertFailed(c, err)
+			return
+		}
+		if failOnce.CompareAndSwap(true, false) {
+			c.AbortWithStatusJSON(http.StatusServiceUnavailable, gin.H{"error": "rolled back by the database"})
 			return
 		}
 		c.AbortWithStatusJSON(http.StatusCreated, gin.H{"order_no": order.OrderNo})
@@ -631,6 +643,7 @@ func TestWrap_RunAfterAnAbortedRun_RunsTheHandlersUntilOneAnswers(t *testing.T) 
 	first := b.post(t, "renew-2", body)
 	require.Equal(t, http.StatusCreated, first.Status)
 	time.Sleep(1500 * time.Millisecond)
+	failOnce.Store(true)
 
 	renewed := b.post(t, "renew-2", body)
 	require.Equal(t, http.StatusCreated, renewed.Status, "body: %s", renewed.Body)
