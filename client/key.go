@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
+	"time"
 )
 
 // MaxKeyLength is the longest key the server accepts.
@@ -64,13 +65,26 @@ func KeyFor(runID, actionID string) string {
 	return "ik1-" + hex.EncodeToString(h.Sum(nil))
 }
 
-// NewKey returns a random UUIDv4 key for a genuinely new user intent. Call it
-// once per intent and keep the result for every retry: a new key per attempt
-// turns each retry into a new order.
-func NewKey() string {
+// NewKey returns a new UUIDv7 key (RFC 9562) for a genuinely new user
+// intent. Call it once per intent and keep the result for every retry: a new
+// key per attempt turns each retry into a new order.
+//
+// A UUIDv7 begins with the Unix time in milliseconds, then the fraction of
+// the millisecond in 12 bits, then 62 random bits, so keys made later sort
+// later: a new idempotency record lands at the right edge of the store's
+// primary key instead of at a random page of it, which keeps inserts cheap
+// when the table is far larger than the database's memory. The 62 random
+// bits keep keys from different processes apart. A key shows when it was
+// made; use KeyFor where that must not be seen.
+func NewKey() string { return newKeyAt(time.Now()) }
+
+// newKeyAt is NewKey at time t.
+func newKeyAt(t time.Time) string {
 	var b [16]byte
-	_, _ = rand.Read(b[:])  // crypto/rand.Read never fails since Go 1.24
-	b[6] = b[6]&0x0f | 0x40 // version 4
+	_, _ = rand.Read(b[8:]) // crypto/rand.Read never fails since Go 1.24
+	ms := uint64(t.UnixMilli())
+	frac := uint64(t.Nanosecond()%1e6) * 4096 / 1e6 // RFC 9562 §6.2, method 3
+	binary.BigEndian.PutUint64(b[0:8], ms<<16|0x7000|frac)
 	b[8] = b[8]&0x3f | 0x80 // RFC 9562 variant
 	var s [36]byte
 	hex.Encode(s[0:8], b[0:4])

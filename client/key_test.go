@@ -5,15 +5,17 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
 
 var (
 	derivedKeyRE = regexp.MustCompile(`^ik1-[0-9a-f]{64}$`)
-	uuidV4RE     = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
+	uuidV7RE     = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
 )
 
 // referenceKey follows KeyFor's documented construction step by step, so a
@@ -81,16 +83,43 @@ func TestKeyForSeparatesRunAndActionBoundaries(t *testing.T) {
 	require.Equal(t, KeyFor("run", "1"), KeyFor("run", "1"))
 }
 
-func TestNewKeyIsAUniqueUUIDv4(t *testing.T) {
+func TestNewKeyIsAUniqueUUIDv7(t *testing.T) {
 	t.Parallel()
 	seen := make(map[string]bool)
 	for range 10000 {
 		k := NewKey()
-		require.Regexp(t, uuidV4RE, k)
+		require.Regexp(t, uuidV7RE, k)
 		require.NoError(t, checkKey(k))
 		require.False(t, seen[k], "duplicate key %s", k)
 		seen[k] = true
 	}
+}
+
+func TestNewKeyBeginsWithItsUnixMillisecond(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 12, 1, 15, 4, 5, 678_901_234, time.UTC)
+	k := newKeyAt(at)
+	ms, err := strconv.ParseUint(k[0:8]+k[9:13], 16, 64)
+	require.NoError(t, err)
+	require.Equal(t, uint64(at.UnixMilli()), ms)
+	frac, err := strconv.ParseUint(k[15:18], 16, 64)
+	require.NoError(t, err)
+	require.Equal(t, uint64(901_234*4096/1_000_000), frac, "the millisecond's fraction in 12 bits")
+}
+
+func TestNewKeysMadeLaterSortLater(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	prev := newKeyAt(at)
+	// 250 ns is just over one 12-bit step of a millisecond (244 ns): every
+	// later key must sort after the one before it, across millisecond,
+	// second and day boundaries alike.
+	for i := 1; i < 20000; i++ {
+		k := newKeyAt(at.Add(time.Duration(i) * 250 * time.Nanosecond))
+		require.Less(t, prev, k, "key %d", i)
+		prev = k
+	}
+	require.Less(t, prev, newKeyAt(at.Add(24*time.Hour)))
 }
 
 func TestCheckKeyAcceptsOnlyOneTo255VisibleASCII(t *testing.T) {

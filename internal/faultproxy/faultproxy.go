@@ -1,19 +1,37 @@
-// Package faultproxy is a TCP proxy for tests that sits between a MySQL client
-// and server and can lose a COMMIT: either the server's reply to it (the
-// commit happened, the client never hears so), or the request itself (the
-// commit never reached the server), or the client's patience (the commit
-// reaches the server only after the client's connection is gone). All end in
-// a dropped connection, which is all a client sees in any case: together they
-// are the "commit outcome unknown" problem.
+// Package faultproxy is a TCP proxy for tests that sits between a database
+// client and server, MySQL (the default) or PostgreSQL, and can lose a
+// COMMIT: either the server's reply to it (the commit happened, the client
+// never hears so), or the request itself (the commit never reached the
+// server), or the client's patience (the commit reaches the server only after
+// the client's connection is gone). All end in a dropped connection, which is
+// all a client sees in any case: together they are the "commit outcome
+// unknown" problem.
 //
-// The proxy parses the MySQL packet framing of the client→server direction
-// (3-byte little-endian payload length, 1-byte sequence id, payload) across
-// arbitrary read boundaries. A COMMIT is a command packet (sequence id 0) whose
+// The proxy parses the framing of the client→server direction across
+// arbitrary read boundaries; the server→client direction is copied unparsed.
+// Messages that cannot be a COMMIT are streamed through without being
+// buffered whole.
+//
+// MySQL: packets are a 3-byte little-endian payload length, a 1-byte sequence
+// id and the payload. A COMMIT is a command packet (sequence id 0) whose
 // payload is COM_QUERY (0x03) followed by the text COMMIT, case-insensitively,
-// with optional surrounding whitespace and a trailing semicolon. go-sql-driver
-// sends (*sql.Tx).Commit exactly so. The server→client direction is copied
-// unparsed. TLS and protocol compression are not supported (the bytes would not
-// be parseable); test DSNs must not enable them.
+// with optional surrounding whitespace and a trailing semicolon.
+// go-sql-driver sends (*sql.Tx).Commit exactly so. TLS and protocol
+// compression are not supported (the bytes would not be parseable); test DSNs
+// must not enable them.
+//
+// PostgreSQL (WithProtocol(PostgreSQL)): the startup-phase messages have no
+// type byte (SSLRequest, GSSENCRequest, CancelRequest, StartupMessage); every
+// later message is a type byte, a big-endian int32 length and the payload. A
+// COMMIT is a simple-query message ('Q') whose text is COMMIT, matched as for
+// MySQL. pgx sends (*sql.Tx).Commit exactly so: its Tx.Commit executes
+// "commit", and pgx sends every statement without arguments by the simple
+// protocol. A COMMIT sent by the extended protocol (Parse/Bind/Execute) is
+// not recognised. TLS and GSSAPI encryption are not supported: once the
+// server accepts an SSLRequest or GSSENCRequest, the proxy passes the
+// connection through unparsed and its faults never fire on it. Test
+// connections must therefore say sslmode=disable: pgx's default, prefer,
+// encrypts whenever the server has TLS on.
 //
 // Beside the armed COMMIT faults, the proxy has a reset mode (reset.go):
 // while it is on, every open connection is reset on both sides at random
@@ -22,8 +40,8 @@
 package faultproxy
 
 import (
+	"errors"
 	"net"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -77,12 +95,57 @@ const DefaultReplyDelay = 100 * time.Millisecond
 // connection end.
 const SettleDelay = 100 * time.Millisecond
 
-// comQuery is the MySQL COM_QUERY command byte.
-const comQuery = 0x03
-
 // maxCandidate is the largest payload that is inspected as a possible
-// COMMIT; every larger packet is streamed through without buffering.
+// COMMIT; every larger message is streamed through without buffering.
 const maxCandidate = 64
+
+// Protocol is the wire protocol whose client→server messages the proxy
+// parses to find a COMMIT.
+type Protocol int
+
+const (
+	// MySQL is the MySQL client/server protocol, which MariaDB speaks too.
+	MySQL Protocol = iota
+
+	// PostgreSQL is the PostgreSQL frontend/backend protocol, version 3.
+	PostgreSQL
+)
+
+func (p Protocol) String() string {
+	switch p {
+	case MySQL:
+		return "mysql"
+	case PostgreSQL:
+		return "postgresql"
+	}
+	return "protocol(?)"
+}
+
+// newFramer returns a framer for one connection, or nil for an unknown
+// protocol.
+func (p Protocol) newFramer() framer {
+	switch p {
+	case MySQL:
+		return &mysqlFramer{}
+	case PostgreSQL:
+		return &pgFramer{}
+	}
+	return nil
+}
+
+// framer splits one connection's client→server byte stream into the
+// messages of a protocol and holds back a COMMIT.
+type framer interface {
+	// feed consumes b and returns the bytes to forward now and, if a COMMIT
+	// message completed, that message (not included in out). When a COMMIT
+	// is returned, bytes of b after it stay buffered: call feed(nil) to get
+	// them.
+	feed(b []byte) (out, commit []byte)
+
+	// statement returns the statement text of a COMMIT message that feed
+	// returned.
+	statement(commit []byte) string
+}
 
 // Firing reports one fault the proxy injected, once it is complete.
 type Firing struct {
@@ -93,6 +156,7 @@ type Firing struct {
 // Proxy forwards TCP connections from a loopback listener to a target.
 type Proxy struct {
 	target     string
+	protocol   Protocol
 	ln         net.Listener
 	replyDelay atomic.Int64 // a time.Duration
 
@@ -111,6 +175,9 @@ type Proxy struct {
 // Option configures a Proxy.
 type Option func(*Proxy)
 
+// WithProtocol sets the wire protocol the proxy parses. Defaults to MySQL.
+func WithProtocol(p Protocol) Option { return func(px *Proxy) { px.protocol = p } }
+
 // WithReplyDelay sets the reply delay (see SetReplyDelay).
 func WithReplyDelay(d time.Duration) Option { return func(p *Proxy) { p.replyDelay.Store(int64(d)) } }
 
@@ -122,19 +189,23 @@ func (p *Proxy) SetReplyDelay(d time.Duration) { p.replyDelay.Store(int64(d)) }
 // Start listens on 127.0.0.1:0 and forwards every accepted connection to
 // target (host:port).
 func Start(target string, opts ...Option) (*Proxy, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
 	p := &Proxy{
-		target: target, ln: ln,
-		fired: make(chan Firing, 64), closed: make(chan struct{}),
+		target: target,
+		fired:  make(chan Firing, 64), closed: make(chan struct{}),
 		conns: map[*link]struct{}{},
 	}
 	p.replyDelay.Store(int64(DefaultReplyDelay))
 	for _, o := range opts {
 		o(p)
 	}
+	if p.protocol.newFramer() == nil {
+		return nil, errors.New("faultproxy: unknown protocol; use MySQL or PostgreSQL")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	p.ln = ln
 	p.wg.Add(1)
 	go p.accept()
 	return p, nil
@@ -249,10 +320,10 @@ func (l *link) serverToClient() {
 	l.cut()
 }
 
-// clientToServer parses packets and forwards them until either side fails
+// clientToServer parses messages and forwards them until either side fails
 // or a fault fires.
 func (p *Proxy) clientToServer(l *link) {
-	var f framer
+	f := p.protocol.newFramer()
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := l.client.Read(buf)
@@ -268,7 +339,7 @@ func (p *Proxy) clientToServer(l *link) {
 					break
 				}
 				if fault := Fault(p.armed.Swap(int32(None))); fault != None {
-					p.inject(l, fault, commit)
+					p.inject(l, fault, commit, f.statement(commit))
 					return
 				}
 				if _, werr := l.server.Write(commit); werr != nil {
@@ -283,27 +354,28 @@ func (p *Proxy) clientToServer(l *link) {
 	}
 }
 
-// inject applies fault to the COMMIT packet pkt (header included).
-func (p *Proxy) inject(l *link, fault Fault, pkt []byte) {
+// inject applies fault to the COMMIT message msg (header included), whose
+// statement text is query.
+func (p *Proxy) inject(l *link, fault Fault, msg []byte, query string) {
 	delay := time.Duration(p.replyDelay.Load())
 	switch fault {
 	case ReplyLost:
 		l.muted.Store(true) // before the server can answer
-		if _, err := l.server.Write(pkt); err == nil {
+		if _, err := l.server.Write(msg); err == nil {
 			p.sleep(delay)
 		}
 	case LateCommit:
 		l.muted.Store(true)
 		_ = l.client.Close()
 		if p.sleep(delay) {
-			if _, err := l.server.Write(pkt); err == nil {
+			if _, err := l.server.Write(msg); err == nil {
 				p.sleep(SettleDelay)
 			}
 		}
 	}
 	l.cut()
 	select {
-	case p.fired <- Firing{Fault: fault, Query: string(pkt[5:])}:
+	case p.fired <- Firing{Fault: fault, Query: query}:
 	default:
 	}
 }
@@ -322,64 +394,4 @@ func (p *Proxy) sleep(d time.Duration) bool {
 	case <-p.closed:
 		return false
 	}
-}
-
-// framer splits the client→server byte stream into MySQL packets. Packets
-// that could be a COMMIT are held until complete and returned separately;
-// everything else passes through as it arrives, so large packets are never
-// buffered whole.
-type framer struct {
-	pending []byte // bytes of the current packet not yet decided on
-	stream  int    // payload bytes of a non-candidate packet still to pass through
-}
-
-// feed consumes b and returns the bytes to forward now and, if a COMMIT
-// packet completed, that packet (not included in out). When a COMMIT is
-// returned, bytes of b after it stay buffered: call feed(nil) to get them.
-func (f *framer) feed(b []byte) (out, commit []byte) {
-	f.pending = append(f.pending, b...)
-	for len(f.pending) > 0 {
-		if f.stream > 0 {
-			n := min(f.stream, len(f.pending))
-			out = append(out, f.pending[:n]...)
-			f.pending = f.pending[n:]
-			f.stream -= n
-			continue
-		}
-		if len(f.pending) < 4 {
-			break
-		}
-		length := int(f.pending[0]) | int(f.pending[1])<<8 | int(f.pending[2])<<16
-		seq := f.pending[3]
-		if seq != 0 || length > maxCandidate {
-			// Not a possible COMMIT: pass the header on and stream the payload.
-			out = append(out, f.pending[:4]...)
-			f.pending = f.pending[4:]
-			f.stream = length
-			continue
-		}
-		if len(f.pending) < 4+length {
-			break // a candidate: wait for all of it
-		}
-		pkt := f.pending[:4+length]
-		if isCommit(pkt[4:]) {
-			commit = append([]byte(nil), pkt...)
-			f.pending = append([]byte(nil), f.pending[4+length:]...)
-			return out, commit
-		}
-		out = append(out, pkt...)
-		f.pending = f.pending[4+length:]
-	}
-	f.pending = append([]byte(nil), f.pending...) // do not pin the caller's buffer
-	return out, nil
-}
-
-// isCommit reports whether a command payload is COM_QUERY "COMMIT".
-func isCommit(payload []byte) bool {
-	if len(payload) < 1+len("COMMIT") || payload[0] != comQuery {
-		return false
-	}
-	q := strings.TrimSpace(string(payload[1:]))
-	q = strings.TrimSpace(strings.TrimSuffix(q, ";"))
-	return strings.EqualFold(q, "COMMIT")
 }
