@@ -124,8 +124,10 @@ type Config struct {
 	// InFlightWait is how long a duplicate that finds its key PROCESSING
 	// waits for the original to finish, to replay its answer instead of
 	// answering in-progress. Waiters on this instance wake the moment the
-	// original finishes; waiters on other instances poll the store. Defaults
-	// to 0: answer in-progress at once.
+	// original finishes; waiters on other instances poll the store, or,
+	// when SharedCache's in-flight marker says the key is executing, poll
+	// the SharedCache without touching the store. Defaults to 0: answer
+	// in-progress at once.
 	InFlightWait time.Duration
 
 	// InstanceID names this process in lease owners (locked_by). Defaults to
@@ -135,9 +137,9 @@ type Config struct {
 	// SharedCache is an optional pre-filter shared by the fleet (Redis, in
 	// package github.com/orderguard/idempotency/redis): it replays committed
 	// snapshots that another instance wrote and answers in-progress while
-	// another instance executes the key, without a database round trip. It
-	// never decides whether an attempt executes: the Store does. Defaults to
-	// none.
+	// another instance executes the key (or waits InFlightWait for its
+	// answer), without a database round trip. It never decides whether an
+	// attempt executes: the Store does. Defaults to none.
 	SharedCache SharedCache
 
 	// Observer receives every outcome; if it also implements StageObserver,

@@ -710,7 +710,7 @@ func (a *attempt) respondToDuplicate(rec *Record) {
 func (a *attempt) waitForFinal(rec *Record) *Record {
 	ctx, cancel := context.WithTimeout(a.ctx, a.m.cfg.InFlightWait)
 	defer cancel()
-	poll := 10 * time.Millisecond
+	poll := firstPoll
 	for rec.Status == StatusProcessing {
 		timer := time.NewTimer(poll)
 		select {
@@ -719,7 +719,7 @@ func (a *attempt) waitForFinal(rec *Record) *Record {
 			return rec
 		case <-a.m.inflight.wait(a.scope, a.key):
 		case <-timer.C:
-			poll = min(2*poll, 250*time.Millisecond)
+			poll = min(2*poll, maxPoll)
 		}
 		timer.Stop()
 		next, err := a.lookup(ctx)

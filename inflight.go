@@ -3,6 +3,15 @@ package idempotency
 import (
 	"strconv"
 	"sync"
+	"time"
+)
+
+// Bounds of the backoff between two looks at a key that another attempt is
+// executing, in the Store (waitForFinal) or in Config.SharedCache
+// (awaitMarker), while a duplicate waits up to Config.InFlightWait.
+const (
+	firstPoll = 10 * time.Millisecond
+	maxPoll   = 250 * time.Millisecond
 )
 
 // inflight tracks the keys this instance is executing, so that waiting

@@ -60,8 +60,9 @@ type ReplaySource string
 
 // Replay sources.
 const (
-	ReplayFromCache ReplaySource = "cache" // this process's replay cache: the store was not asked
-	ReplayFromStore ReplaySource = "store" // the record, read from the store
+	ReplayFromCache  ReplaySource = "cache"  // this process's replay cache: the store was not asked
+	ReplayFromShared ReplaySource = "shared" // Config.SharedCache (Redis): the store was not asked
+	ReplayFromStore  ReplaySource = "store"  // the record, read from the store
 )
 
 // Stage is a timed part of the protocol.

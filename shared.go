@@ -16,6 +16,8 @@ import (
 //
 // Implementations must be safe for concurrent use and must fail open: a
 // failure or a timeout is a miss (nil), never an error on the request path.
+// An implementation that also reports its health implements
+// SharedCacheHealthReporter.
 type SharedCache interface {
 	// GetReplay returns the final record cached for scope and key, with how
 	// much longer it may be trusted (0 if unknown), or nil on a miss. The
@@ -31,10 +33,14 @@ type SharedCache interface {
 
 	// MarkInFlight marks m's scope and key as executing by m.Owner for ttl,
 	// unless a live marker exists: then it sets nothing and returns that
-	// marker. It returns nil when it set the marker or could not tell.
-	MarkInFlight(ctx context.Context, m InFlightMarker, ttl time.Duration) *InFlightMarker
+	// marker. set reports whether m was set, or may have been (a call that
+	// failed once it could have reached the cache); a nil marker and set
+	// false mean the cache could not tell and set nothing (it was skipped).
+	MarkInFlight(ctx context.Context, m InFlightMarker, ttl time.Duration) (held *InFlightMarker, set bool)
 
-	// UnmarkInFlight removes m's marker if m.Owner still holds it.
+	// UnmarkInFlight removes m's marker if m.Owner still holds it. The
+	// middleware calls it once the attempt has answered, for each
+	// MarkInFlight that reported set, and only then.
 	UnmarkInFlight(ctx context.Context, m InFlightMarker)
 }
 
@@ -45,37 +51,135 @@ type InFlightMarker struct {
 	Scope, Key, Fingerprint, Owner string
 }
 
+// SharedCacheHealth is a SharedCache's account of its own state since it
+// was created, for metrics (package metrics, WithSharedCache) and health
+// checks. Every call it counts as FailOpens or Skipped was a miss: the
+// request went on to the Store, and the client never saw an error.
+type SharedCacheHealth struct {
+	Up        bool   // calls go to the cache; false while it is down and calls skip it
+	FailOpens uint64 // calls that failed or timed out
+	Skipped   uint64 // calls not made because the cache was down
+	Downs     uint64 // changes of state from up to down
+	Ups       uint64 // changes of state from down to up
+}
+
+// SharedCacheHealthReporter is implemented by a SharedCache that reports
+// its health (idemredis.Cache does).
+type SharedCacheHealthReporter interface {
+	Health() SharedCacheHealth
+}
+
 // preFilter consults Config.SharedCache between the in-process cache and the
-// Store. It answers a replay of a matching committed snapshot, or
-// in-progress when another attempt's live marker carries the same
-// fingerprint and the request would not wait (InFlightWait 0, or
-// single-phase, where the duplicate would otherwise execute). Otherwise it
+// Store. It answers a replay of a matching committed snapshot. Otherwise it
 // marks the key as executing by this attempt and returns the function that
-// removes the marker once the attempt has answered.
+// removes the marker once the attempt has answered. When another attempt's
+// live marker carries the same fingerprint, the request waits for that
+// attempt's outcome if InFlightWait allows (awaitMarker), and otherwise, or
+// if the marker outlives the wait, is answered in-progress: without
+// waiting, in single-phase, the duplicate would execute. A marker with
+// another fingerprint, or one that vanished without an outcome, leaves the
+// decision to the Store.
 func (a *attempt) preFilter() (unmark func(), answered bool) {
 	sc := a.m.cfg.SharedCache
 	if sc == nil {
 		return func() {}, false
 	}
-	if rec, ttl := sc.GetReplay(a.ctx, a.scope, a.key); rec != nil &&
-		rec.Scope == a.scope && rec.Key == a.key && rec.Fingerprint == a.fingerprint &&
-		rec.Status.Final() && rec.Snapshot != nil {
-		a.m.cache.put(rec, ttl-cacheMargin(ttl))
-		a.respondToDuplicate(rec)
+	if rec, ttl := sc.GetReplay(a.ctx, a.scope, a.key); a.replayable(rec) {
+		a.replayShared(rec, ttl)
 		return nil, true
 	}
 	m := InFlightMarker{Scope: a.scope, Key: a.key, Fingerprint: a.fingerprint, Owner: a.m.newOwner()}
-	held := sc.MarkInFlight(a.ctx, m, a.m.cfg.Lease)
+	held, set := sc.MarkInFlight(a.ctx, m, a.m.cfg.Lease)
+	if held != nil && held.Fingerprint == a.fingerprint && a.m.cfg.InFlightWait > 0 {
+		if held, set, answered = a.awaitMarker(sc, m, held); answered {
+			return nil, true
+		}
+	}
 	switch {
-	case held == nil:
+	case set:
 		return func() { sc.UnmarkInFlight(context.WithoutCancel(a.ctx), m) }, false
-	case held.Fingerprint == a.fingerprint && (a.m.cfg.InFlightWait == 0 || a.mode == ModeSinglePhase):
+	case held == nil:
+		return func() {}, false // the cache could not tell: the Store decides
+	case held.Fingerprint == a.fingerprint:
 		p := a.problem(ErrInProgress)
 		WriteProblem(a.w, p)
 		a.done(Event{Outcome: OutcomeInProgress, Status: p.Status})
 		return nil, true
 	}
-	return func() {}, false // another attempt's marker: the Store decides
+	return func() {}, false // another request's marker: the Store decides
+}
+
+// replayable reports whether rec, from the shared cache, may answer this
+// request: the same scope, key and fingerprint, final, with a snapshot.
+func (a *attempt) replayable(rec *Record) bool {
+	return rec != nil && rec.Scope == a.scope && rec.Key == a.key && rec.Fingerprint == a.fingerprint &&
+		rec.Status.Final() && rec.Snapshot != nil
+}
+
+// replayShared answers with a replay found in the shared cache, and keeps it
+// in this instance's cache for the time the shared cache still trusts it.
+func (a *attempt) replayShared(rec *Record, ttl time.Duration) {
+	a.m.cache.put(rec, ttl-cacheMargin(ttl))
+	a.from = ReplayFromShared
+	a.respondToDuplicate(rec)
+}
+
+// awaitMarker waits up to InFlightWait, and no longer than the request, for
+// the attempt whose marker (held) holds the key to finish, as waitForFinal
+// waits for a PROCESSING record: it wakes at once when that attempt runs on
+// this instance, and otherwise looks again with backoff. Each look reads
+// this instance's cache, then tries to set this attempt's marker m, which
+// succeeds once the marker is gone. Its owner removes it after caching its
+// answer, if it has one, so the shared cache's replay is read then: an
+// answer found is replayed. Otherwise it returns the marker that holds the
+// key when the wait ended, or nil when the marker vanished without an answer
+// (the attempt failed and released the key, its answer could not be cached,
+// or the shared cache went down): then m is set (as MarkInFlight reports
+// it), or the cache cannot tell, and the Store decides.
+func (a *attempt) awaitMarker(sc SharedCache, m InFlightMarker, held *InFlightMarker) (_ *InFlightMarker, set, answered bool) {
+	ctx, cancel := context.WithTimeout(a.ctx, a.m.cfg.InFlightWait)
+	defer cancel()
+	for poll := firstPoll; held != nil && held.Fingerprint == a.fingerprint; {
+		timer := time.NewTimer(poll)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return held, false, false
+		case <-a.m.inflight.wait(a.scope, a.key):
+		case <-timer.C:
+			poll = min(2*poll, maxPoll)
+		}
+		timer.Stop()
+		if a.replayCached() {
+			return nil, false, true
+		}
+		held, set = sc.MarkInFlight(ctx, m, a.m.cfg.Lease)
+	}
+	if held != nil {
+		return held, false, false // another request's marker
+	}
+	answered = a.replayCached()
+	if !answered {
+		if rec, ttl := sc.GetReplay(ctx, a.scope, a.key); a.replayable(rec) {
+			a.replayShared(rec, ttl)
+			answered = true
+		}
+	}
+	if answered && set {
+		sc.UnmarkInFlight(context.WithoutCancel(a.ctx), m)
+	}
+	return nil, set, answered
+}
+
+// replayCached answers from this instance's cache, if it holds the key.
+func (a *attempt) replayCached() bool {
+	rec := a.m.cache.get(a.scope, a.key)
+	if rec == nil {
+		return false
+	}
+	a.from = ReplayFromCache
+	a.respondToDuplicate(rec)
+	return true
 }
 
 // putShared offers a final record, committed in the Store, to

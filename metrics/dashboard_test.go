@@ -190,7 +190,7 @@ func gatherEverySeries(t *testing.T) map[string]*gatheredFamily {
 	t.Helper()
 	reg := prometheus.NewPedanticRegistry()
 	counting := &countingRegisterer{Registerer: reg}
-	obs, err := metrics.New(counting)
+	obs, err := metrics.New(counting, metrics.WithSharedCache("redis", newFakeSharedCache()))
 	require.NoError(t, err)
 	ctx := context.Background()
 

@@ -54,6 +54,20 @@
 //     snapshot was backfilled) or reclaimed (no effect; the key was released).
 //   - idempotency_purged_records_total: final records deleted by Purge after
 //     their retention.
+//
+// With WithSharedCache, the state of Config.SharedCache (Redis, package
+// idemredis), read from its Health at every scrape and labelled with the
+// name given (cache):
+//
+//   - idempotency_shared_cache_up{cache}: 1 while calls go to the shared
+//     cache, 0 while it is down and calls skip it (requests then go to the
+//     database, never to an error).
+//   - idempotency_shared_cache_fail_opens_total{cache}: calls that failed or
+//     timed out: each was a miss, and the request went on to the database.
+//   - idempotency_shared_cache_skipped_total{cache}: calls not made because
+//     the shared cache was down.
+//   - idempotency_shared_cache_downs_total{cache}: times the shared cache was
+//     marked down (each is logged once; so is each return).
 package metrics
 
 import (
@@ -107,6 +121,12 @@ type options struct {
 	stageBuckets   []float64
 	routes         []string
 	constLabels    prometheus.Labels
+	sharedCaches   []sharedCache
+}
+
+type sharedCache struct {
+	name     string
+	reporter idempotency.SharedCacheHealthReporter
 }
 
 // WithRequestBuckets replaces DefaultRequestBuckets.
@@ -132,6 +152,15 @@ func WithRoutes(routes ...string) Option {
 // two services apart that share one registry.
 func WithConstLabels(labels prometheus.Labels) Option {
 	return func(o *options) { o.constLabels = labels }
+}
+
+// WithSharedCache exports the health of a Config.SharedCache (an
+// *idemredis.Cache) as the idempotency_shared_cache_* metrics, labelled
+// cache=name, read from c.Health() at every scrape. Give each shared cache
+// of a process its own name; New called again with the same registry and
+// name keeps the cache first registered under it.
+func WithSharedCache(name string, c idempotency.SharedCacheHealthReporter) Option {
+	return func(o *options) { o.sharedCaches = append(o.sharedCaches, sharedCache{name, c}) }
 }
 
 // Observer records the middleware's observations as Prometheus metrics. It
@@ -228,6 +257,12 @@ func New(reg prometheus.Registerer, opts ...Option) (*Observer, error) {
 		return nil, err
 	}
 
+	for _, sc := range o.sharedCaches {
+		if err := registerSharedCache(reg, sc, o.constLabels); err != nil {
+			return nil, err
+		}
+	}
+
 	for _, r := range []idempotency.Outcome{idempotency.OutcomeRecovered, idempotency.OutcomeReclaimed} {
 		obs.reconciled.WithLabelValues(string(r))
 	}
@@ -270,6 +305,49 @@ func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error)
 	}
 	var zero C
 	return zero, fmt.Errorf("metrics: register: %w", err)
+}
+
+// registerSharedCache registers the idempotency_shared_cache_* metrics of
+// one shared cache: functions of its Health, so that a scrape sees its
+// state as it is, and the shared cache needs no Prometheus of its own.
+func registerSharedCache(reg prometheus.Registerer, sc sharedCache, constLabels prometheus.Labels) error {
+	if sc.name == "" || sc.reporter == nil {
+		return errors.New("metrics: WithSharedCache needs a name and a shared cache")
+	}
+	labels := prometheus.Labels{"cache": sc.name}
+	for k, v := range constLabels {
+		labels[k] = v
+	}
+	health := sc.reporter.Health
+	if _, err := register(reg, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: Namespace, Name: "shared_cache_up", ConstLabels: labels,
+		Help: "1 while calls go to the shared cache (Redis), 0 while it is down and requests skip it for the database.",
+	}, func() float64 {
+		if health().Up {
+			return 1
+		}
+		return 0
+	})); err != nil {
+		return err
+	}
+	for _, c := range []struct {
+		name, help string
+		value      func(idempotency.SharedCacheHealth) uint64
+	}{
+		{"shared_cache_fail_opens_total", "Shared cache (Redis) calls that failed or timed out; each was a miss and the request went on to the database.",
+			func(h idempotency.SharedCacheHealth) uint64 { return h.FailOpens }},
+		{"shared_cache_skipped_total", "Shared cache (Redis) calls not made because it was down; the request went on to the database.",
+			func(h idempotency.SharedCacheHealth) uint64 { return h.Skipped }},
+		{"shared_cache_downs_total", "Times the shared cache (Redis) was marked down.",
+			func(h idempotency.SharedCacheHealth) uint64 { return h.Downs }},
+	} {
+		if _, err := register(reg, prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: Namespace, Name: c.name, ConstLabels: labels, Help: c.help,
+		}, func() float64 { return float64(c.value(health())) })); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Observe implements idempotency.Observer.

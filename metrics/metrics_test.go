@@ -346,11 +346,11 @@ func driveAll(obs *metrics.Observer, keyHash string) {
 
 func TestNew_EveryMetricHasHelp_AndOnlyBoundedLabels_NeverTheKeyHash(t *testing.T) {
 	t.Parallel()
-	obs, reg := newObserver(t)
+	obs, reg := newObserver(t, metrics.WithSharedCache("redis", newFakeSharedCache()))
 	keyHash := idempotency.KeyHash("tenant", "secret-key")
 	driveAll(obs, keyHash)
 
-	allowed := map[string]bool{"route": true, "outcome": true, "event": true, "record_status": true, "stage": true, "result": true}
+	allowed := map[string]bool{"route": true, "outcome": true, "event": true, "record_status": true, "stage": true, "result": true, "cache": true}
 	families, err := reg.Gather()
 	require.NoError(t, err)
 	var names []string
@@ -370,6 +370,8 @@ func TestNew_EveryMetricHasHelp_AndOnlyBoundedLabels_NeverTheKeyHash(t *testing.
 		"idempotency_requests_total", "idempotency_events_total", "idempotency_replays_total",
 		"idempotency_request_duration_seconds", "idempotency_stage_duration_seconds",
 		"idempotency_claims_in_flight", "idempotency_reconciled_total", "idempotency_purged_records_total",
+		"idempotency_shared_cache_up", "idempotency_shared_cache_fail_opens_total",
+		"idempotency_shared_cache_skipped_total", "idempotency_shared_cache_downs_total",
 	}, names)
 	problems, err := testutil.GatherAndLint(reg)
 	require.NoError(t, err)

@@ -28,9 +28,23 @@
 // Entries carry a version tag and a checksum; one that does not decode, or
 // names another scope or key, is a miss and is counted (Stats.Corrupt).
 //
+// A duplicate that finds another attempt's marker with the same fingerprint
+// waits for that attempt's outcome when idempotency.Config.InFlightWait is
+// set: it polls Redis (and this instance's cache) with backoff, up to
+// InFlightWait and no longer than the request, and replays the snapshot
+// once it is there; a marker that vanishes without one leaves the decision
+// to the database; a marker still held when the wait ends is answered
+// in-progress. The wait itself reads only Redis and this instance's memory.
+//
 // Every call is bounded by Config.Timeout (20 ms by default): a slow or
-// unreachable Redis is a miss and the request goes on to the database. The
-// first failure marks Redis down (logged once); while down, calls skip
-// Redis at no cost and one call per Config.ProbeInterval tries it again; the
-// first answer marks it up (logged once). Stats counts all of it.
+// unreachable Redis is a miss and the request goes on to the database.
+// Redis is marked down once calls have failed for Timeout with no answer in
+// between, so that a stray slow call or a pause of the process is not an
+// outage. While down, calls skip Redis at no cost; after
+// Config.ProbeInterval one call, the probe, tries it, and only a probe's
+// answer marks Redis up again. Failed probes, and going down again soon
+// after coming back, double the wait up to Config.MaxProbeInterval, so a
+// restart under load is one change down and one up, each logged once.
+// Stats and Health count all of it; package metrics exports Health
+// (metrics.WithSharedCache).
 package idemredis

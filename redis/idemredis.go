@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -23,12 +24,25 @@ type Config struct {
 	Prefix string
 
 	// Timeout bounds every Redis call; a call that takes longer is a miss
-	// and the request goes on to the database. Defaults to 20ms.
+	// and the request goes on to the database. Redis is marked down once
+	// its calls have failed for Timeout with no answer in between (at most
+	// two timed-out calls in a row), and calls skip it from then on.
+	// Defaults to 20ms.
 	Timeout time.Duration
 
-	// ProbeInterval is how often, while Redis is down, one call tries it
-	// again; the others skip Redis at no cost. Defaults to 1s.
+	// ProbeInterval is how long, once Redis is marked down, calls skip it
+	// at no cost before one call, the probe, tries it again. Only a probe's
+	// answer marks Redis up. Defaults to 1s.
 	ProbeInterval time.Duration
+
+	// MaxProbeInterval bounds the backoff between probes: each failed probe
+	// doubles the wait for the next, and so does Redis going down again
+	// within MaxProbeInterval of coming back, so that a Redis that flaps
+	// (a restart under load, a failing network) is tried less and less
+	// often and the state changes, each logged, stay few. After Redis has
+	// stayed up for MaxProbeInterval, the next outage starts again from
+	// ProbeInterval. Defaults to 16 × ProbeInterval.
+	MaxProbeInterval time.Duration
 
 	// MaxTTL bounds how long a replay is kept in Redis (always less than the
 	// record's remaining retention, which the middleware passes). Defaults
@@ -44,8 +58,9 @@ type Config struct {
 	// single-phase, it executes and rolls back). Defaults to false.
 	DisableInFlightMarkers bool
 
-	// Logger receives one line per change of Redis's state (down, up
-	// again). Defaults to discarding.
+	// Logger receives one line per change of Redis's state: a Warn when it
+	// is marked down, an Info when a probe finds it back. Defaults to
+	// discarding.
 	Logger *slog.Logger
 }
 
@@ -58,6 +73,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ProbeInterval == 0 {
 		c.ProbeInterval = time.Second
+	}
+	if c.MaxProbeInterval == 0 {
+		c.MaxProbeInterval = 16 * c.ProbeInterval
 	}
 	if c.MaxTTL == 0 {
 		c.MaxTTL = time.Hour
@@ -76,16 +94,18 @@ func (c Config) withDefaults() Config {
 type Cache struct {
 	client redis.UniversalClient
 	cfg    Config
-
-	down      atomic.Bool
-	nextProbe atomic.Int64 // unix nanoseconds: when a call may try Redis again while down
+	now    func() time.Time
+	health *health
 
 	stats struct {
-		hits, misses, corrupt, puts, marked, markerHeld, errors, skipped, downs atomic.Uint64
+		hits, misses, corrupt, puts, marked, markerHeld atomic.Uint64
 	}
 }
 
-var _ idempotency.SharedCache = (*Cache)(nil)
+var (
+	_ idempotency.SharedCache               = (*Cache)(nil)
+	_ idempotency.SharedCacheHealthReporter = (*Cache)(nil)
+)
 
 // New returns a Cache over client. A nil cfg means the defaults. The client
 // must be created with ContextTimeoutEnabled, so that Config.Timeout bounds
@@ -103,10 +123,17 @@ func New(client redis.UniversalClient, cfg *Config) (*Cache, error) {
 	switch {
 	case c.Timeout < 0 || c.ProbeInterval < 0 || c.MaxTTL < 0 || c.MaxEntryBytes < 0:
 		return nil, errors.New("idemredis: Timeout, ProbeInterval, MaxTTL and MaxEntryBytes must not be negative")
+	case c.MaxProbeInterval < c.ProbeInterval:
+		return nil, fmt.Errorf("idemredis: MaxProbeInterval %v is shorter than ProbeInterval %v", c.MaxProbeInterval, c.ProbeInterval)
 	case !contextTimeoutEnabled(client):
 		return nil, errors.New("idemredis: create the Redis client with ContextTimeoutEnabled: true, or Config.Timeout cannot bound its calls")
 	}
-	return &Cache{client: client, cfg: c}, nil
+	return newCache(client, c, time.Now), nil
+}
+
+// newCache is New's Cache on the clock now (tests pass their own).
+func newCache(client redis.UniversalClient, c Config, now func() time.Time) *Cache {
+	return &Cache{client: client, cfg: c, now: now, health: newHealth(c.ProbeInterval, c.MaxProbeInterval, c.Timeout, now())}
 }
 
 func contextTimeoutEnabled(client redis.UniversalClient) bool {
@@ -131,23 +158,35 @@ type Stats struct {
 	MarkerHeld uint64 // in-flight markers found held by another attempt
 	Errors     uint64 // calls that failed or timed out: the request went on to the database
 	Skipped    uint64 // calls not made because Redis was down
-	Downs      uint64 // times Redis was found down
+	Downs      uint64 // times Redis was marked down
+	Ups        uint64 // times a probe found it back
 	Down       bool   // Redis is down now
 }
 
 // Stats returns the counters.
 func (c *Cache) Stats() Stats {
-	s := &c.stats
+	s, h := &c.stats, c.health
 	return Stats{
 		Hits: s.hits.Load(), Misses: s.misses.Load(), Corrupt: s.corrupt.Load(), Puts: s.puts.Load(),
-		Marked: s.marked.Load(), MarkerHeld: s.markerHeld.Load(), Errors: s.errors.Load(),
-		Skipped: s.skipped.Load(), Downs: s.downs.Load(), Down: c.down.Load(),
+		Marked: s.marked.Load(), MarkerHeld: s.markerHeld.Load(), Errors: h.failOpens.Load(),
+		Skipped: h.skipped.Load(), Downs: h.downs.Load(), Ups: h.ups.Load(), Down: !h.isUp(),
+	}
+}
+
+// Health implements idempotency.SharedCacheHealthReporter, for package
+// metrics (metrics.WithSharedCache).
+func (c *Cache) Health() idempotency.SharedCacheHealth {
+	h := c.health
+	return idempotency.SharedCacheHealth{
+		Up: h.isUp(), FailOpens: h.failOpens.Load(), Skipped: h.skipped.Load(),
+		Downs: h.downs.Load(), Ups: h.ups.Load(),
 	}
 }
 
 // GetReplay implements idempotency.SharedCache: one round trip, GET and PTTL.
 func (c *Cache) GetReplay(ctx context.Context, scope, key string) (*idempotency.Record, time.Duration) {
-	if !c.allow() {
+	call, ok := c.begin()
+	if !ok {
 		return nil, 0
 	}
 	ctx, cancel := c.context(ctx)
@@ -160,16 +199,16 @@ func (c *Cache) GetReplay(ctx context.Context, scope, key string) (*idempotency.
 		return nil
 	})
 	if errors.Is(get.Err(), redis.Nil) {
-		c.report(pttl.Err())
+		c.end(call, pttl.Err())
 		c.stats.misses.Add(1)
 		return nil, 0
 	}
 	if err != nil {
-		c.report(err)
+		c.end(call, err)
 		c.stats.misses.Add(1)
 		return nil, 0
 	}
-	c.report(nil)
+	c.end(call, nil)
 	b, _ := get.Bytes()
 	rec, err := decodeReplay(b, scope, key)
 	if err != nil {
@@ -188,23 +227,33 @@ func (c *Cache) PutReplay(ctx context.Context, rec *idempotency.Record, ttl time
 		return
 	}
 	b := encodeReplay(rec)
-	if len(b) > c.cfg.MaxEntryBytes || !c.allow() {
+	if len(b) > c.cfg.MaxEntryBytes {
+		return
+	}
+	call, ok := c.begin()
+	if !ok {
 		return
 	}
 	ctx, cancel := c.context(ctx)
 	defer cancel()
 	err := c.client.Set(ctx, c.redisKey("r:", rec.Scope, rec.Key), b, ttl).Err()
-	c.report(err)
+	c.end(call, err)
 	if err == nil {
 		c.stats.puts.Add(1)
 	}
 }
 
 // MarkInFlight implements idempotency.SharedCache: SET NX GET with the TTL,
-// one round trip that either sets the marker or returns the live one.
-func (c *Cache) MarkInFlight(ctx context.Context, m idempotency.InFlightMarker, ttl time.Duration) *idempotency.InFlightMarker {
-	if c.cfg.DisableInFlightMarkers || ttl < time.Millisecond || !c.allow() {
-		return nil
+// one round trip that either sets the marker or returns the live one. A call
+// that failed without an error reply may have set it, so it reports set: the
+// marker's removal is then tried.
+func (c *Cache) MarkInFlight(ctx context.Context, m idempotency.InFlightMarker, ttl time.Duration) (held *idempotency.InFlightMarker, set bool) {
+	if c.cfg.DisableInFlightMarkers || ttl < time.Millisecond {
+		return nil, false
+	}
+	call, ok := c.begin()
+	if !ok {
+		return nil, false // skipped: nothing set, nothing to remove
 	}
 	ctx, cancel := c.context(ctx)
 	defer cancel()
@@ -212,21 +261,21 @@ func (c *Cache) MarkInFlight(ctx context.Context, m idempotency.InFlightMarker, 
 		redis.SetArgs{Mode: "NX", TTL: ttl, Get: true}).Bytes()
 	switch {
 	case errors.Is(err, redis.Nil): // there was none: ours is set
-		c.report(nil)
+		c.end(call, nil)
 		c.stats.marked.Add(1)
-		return nil
+		return nil, true
 	case err != nil:
-		c.report(err)
-		return nil
+		c.end(call, err)
+		return nil, classify(err) == failed
 	}
-	c.report(nil)
-	held, err := decodeMarker(old, m.Scope, m.Key)
+	c.end(call, nil)
+	held, err = decodeMarker(old, m.Scope, m.Key)
 	if err != nil {
 		c.stats.corrupt.Add(1)
-		return nil // cannot tell: the database decides
+		return nil, false // cannot tell: the database decides
 	}
 	c.stats.markerHeld.Add(1)
-	return held
+	return held, false
 }
 
 // unmarkScript deletes a marker only if it is still the caller's.
@@ -237,17 +286,17 @@ var unmarkScript = redis.NewScript(`if redis.call("GET", KEYS[1]) == ARGV[1] the
 func (c *Cache) UnmarkInFlight(ctx context.Context, m idempotency.InFlightMarker) {
 	// Tried even while Redis is marked down (one call, bounded by Timeout):
 	// a marker left behind by a live owner would answer in-progress for a
-	// finished key on every other instance until its lease ran out.
+	// finished key on every other instance until its lease ran out. The
+	// middleware calls it only for a marker that MarkInFlight set (or may
+	// have), so while Redis stays down requests do not call it at all.
 	if c.cfg.DisableInFlightMarkers {
 		return
 	}
+	call := c.health.current()
 	ctx, cancel := c.context(ctx)
 	defer cancel()
 	err := unmarkScript.Run(ctx, c.client, []string{c.redisKey("m:", m.Scope, m.Key)}, encodeMarker(m)).Err()
-	if errors.Is(err, redis.Nil) {
-		err = nil
-	}
-	c.report(err)
+	c.end(call, err)
 }
 
 // redisKey is Prefix, the kind ("r:" replay, "m:" marker) and the SHA-256 of
@@ -269,37 +318,17 @@ func (c *Cache) context(ctx context.Context) (context.Context, context.CancelFun
 	return context.WithTimeout(context.WithoutCancel(ctx), c.cfg.Timeout)
 }
 
-// allow reports whether a call may go to Redis: always while it is up;
-// while it is down, one call per ProbeInterval.
-func (c *Cache) allow() bool {
-	if !c.down.Load() {
-		return true
-	}
-	next := c.nextProbe.Load()
-	if now := time.Now().UnixNano(); now < next || !c.nextProbe.CompareAndSwap(next, now+int64(c.cfg.ProbeInterval)) {
-		c.stats.skipped.Add(1)
-		return false
-	}
-	return true
-}
+// begin reports whether a call may go to Redis now (health.begin).
+func (c *Cache) begin() (call, bool) { return c.health.begin(c.now()) }
 
-// report records a call's result: an error that is not a reply from Redis
-// marks it down; any answer marks it up. Each change is logged once.
-func (c *Cache) report(err error) {
-	var reply redis.Error
+// end records how a call ended, and logs the change of state it made, once.
+func (c *Cache) end(cl call, err error) {
+	ch := c.health.end(cl, c.now(), classify(err))
 	switch {
-	case err == nil || errors.Is(err, redis.Nil):
-		if c.down.CompareAndSwap(true, false) {
-			c.cfg.Logger.Info("idemredis: Redis is reachable again; using it")
-		}
-	case errors.As(err, &reply): // Redis answered, with an error
-		c.stats.errors.Add(1)
-	default:
-		c.stats.errors.Add(1)
-		c.nextProbe.Store(time.Now().UnixNano() + int64(c.cfg.ProbeInterval))
-		if c.down.CompareAndSwap(false, true) {
-			c.stats.downs.Add(1)
-			c.cfg.Logger.Warn("idemredis: Redis is down or slow; failing open to the database", "err", err)
-		}
+	case ch.down:
+		c.cfg.Logger.Warn("idemredis: Redis is down or slow; failing open to the database",
+			"err", err, "was_up_for", ch.lasted, "next_probe_in", ch.backoff)
+	case ch.up:
+		c.cfg.Logger.Info("idemredis: Redis is reachable again; using it", "was_down_for", ch.lasted)
 	}
 }

@@ -242,7 +242,8 @@ func TestInFlight_StaleMarkerOfADeadOwner_ExpiresAndTheDatabaseDecides(t *testin
 			const ttl = 1200 * time.Millisecond
 			for _, key := range []string{"k-new", "k-done"} {
 				dead := idempotency.InFlightMarker{Scope: "u1", Key: key, Fingerprint: rec.Fingerprint, Owner: "crashed/0"}
-				require.Nil(t, cache.MarkInFlight(ctx, dead, ttl))
+				_, set := cache.MarkInFlight(ctx, dead, ttl)
+				require.True(t, set)
 			}
 			for _, key := range []string{"k-new", "k-done"} {
 				got := in.post(t, "u1", key, 5)
@@ -272,12 +273,18 @@ func TestInFlight_AMarkerIsRemovedOnlyByItsOwner(t *testing.T) {
 	mine := idempotency.InFlightMarker{Scope: "u1", Key: "k", Fingerprint: "f", Owner: "a/1"}
 	theirs := mine
 	theirs.Owner = "b/2"
-	require.Nil(t, cache.MarkInFlight(ctx, mine, time.Minute))
-	held := cache.MarkInFlight(ctx, theirs, time.Minute)
+	held, set := cache.MarkInFlight(ctx, mine, time.Minute)
+	require.Nil(t, held)
+	require.True(t, set)
+	held, set = cache.MarkInFlight(ctx, theirs, time.Minute)
 	require.NotNil(t, held)
+	require.False(t, set)
 	require.Equal(t, mine, *held)
 	cache.UnmarkInFlight(ctx, theirs) // not theirs to remove
-	require.NotNil(t, cache.MarkInFlight(ctx, theirs, time.Minute))
+	held, _ = cache.MarkInFlight(ctx, theirs, time.Minute)
+	require.NotNil(t, held)
 	cache.UnmarkInFlight(ctx, mine)
-	require.Nil(t, cache.MarkInFlight(ctx, theirs, time.Minute))
+	held, set = cache.MarkInFlight(ctx, theirs, time.Minute)
+	require.Nil(t, held)
+	require.True(t, set)
 }

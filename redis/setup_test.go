@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -101,10 +102,18 @@ func setup(t *testing.T, redisDB int) *testBundle {
 	return b
 }
 
+// testTimeout is the tests' Config.Timeout unless they set one: they run
+// beside others on two cores, where a 20 ms deadline fails calls for want
+// of CPU, not of Redis. The specs of the timeout itself set 20 ms.
+const testTimeout = 250 * time.Millisecond
+
 // newCache is a Cache over addr (the real Redis, or a proxy before it).
 func (b *testBundle) newCache(t *testing.T, addr string, cfg Config) *Cache {
 	t.Helper()
 	cfg.Prefix = b.prefix
+	if cfg.Timeout == 0 {
+		cfg.Timeout = testTimeout
+	}
 	c, err := New(newRedisClient(t, addr, b.rdbDB), &cfg)
 	require.NoError(t, err)
 	return c
@@ -118,6 +127,16 @@ type instance struct {
 	store   *countingStore
 	runs    atomic.Int64 // handler executions
 	release chan struct{}
+
+	mu      sync.Mutex
+	replays map[idempotency.ReplaySource]int // replayed answers by where they came from
+}
+
+// replaysFrom counts the replayed answers that came from source.
+func (in *instance) replaysFrom(source idempotency.ReplaySource) int {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.replays[source]
 }
 
 func (b *testBundle) newInstance(t *testing.T, shared idempotency.SharedCache, cfg idempotency.Config) *instance {
@@ -131,7 +150,16 @@ func (b *testBundle) newInstance(t *testing.T, shared idempotency.SharedCache, c
 	if shared != nil {
 		cfg.SharedCache = shared
 	}
-	in := &instance{store: &countingStore{Store: idempotency.NewMySQLStore(b.db)}}
+	in := &instance{store: &countingStore{Store: idempotency.NewMySQLStore(b.db)}, replays: map[idempotency.ReplaySource]int{}}
+	if cfg.Observer == nil {
+		cfg.Observer = idempotency.ObserverFunc(func(_ context.Context, e idempotency.Event) {
+			if e.Final && e.Outcome == idempotency.OutcomeReplayed {
+				in.mu.Lock()
+				in.replays[e.From]++
+				in.mu.Unlock()
+			}
+		})
+	}
 	mw, err := idempotency.New(in.store, &cfg)
 	require.NoError(t, err)
 	in.srv = httptest.NewServer(mw.Handler(http.HandlerFunc(in.createOrder)))
@@ -140,8 +168,8 @@ func (b *testBundle) newInstance(t *testing.T, shared idempotency.SharedCache, c
 }
 
 // createOrder writes one order row in the request's transaction and answers
-// 201 with its id; sku 0 is a business rejection (422). With release set,
-// it waits for it first.
+// 201 with its id; sku 0 is a business rejection (422), a negative sku a
+// failure to retry (503). With release set, it waits for it first.
 func (in *instance) createOrder(w http.ResponseWriter, r *http.Request) {
 	in.runs.Add(1)
 	if in.release != nil {
@@ -153,6 +181,11 @@ func (in *instance) createOrder(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if req.SKU < 0 { // not final: nothing is stored, the key is released
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprint(w, `{"error":"try again"}`)
+		return
+	}
 	if req.SKU == 0 {
 		w.WriteHeader(http.StatusUnprocessableEntity)
 		fmt.Fprint(w, `{"error":"unknown sku"}`)
@@ -352,4 +385,57 @@ func (p *tcpProxy) restart(t *testing.T) {
 	}
 	require.NoError(t, err)
 	p.serve(ln)
+}
+
+// redisServer is a redis-server of the test's own on a loopback port of its
+// own, which the test kills and starts again: a real restart (connections
+// reset, the port refusing, the data gone) that leaves the shared Redis
+// alone.
+type redisServer struct {
+	path, addr string
+	cmd        *exec.Cmd
+}
+
+// startRedisServer starts a redis-server without persistence. It skips the
+// test (or, in CI, fails it) when there is no redis-server to run.
+func startRedisServer(t *testing.T) *redisServer {
+	t.Helper()
+	path, err := exec.LookPath("redis-server")
+	if err != nil {
+		if testdb.Required() {
+			t.Fatal("no redis-server in PATH: " + err.Error())
+		}
+		t.Skip("no redis-server in PATH: " + err.Error())
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	s := &redisServer{path: path, addr: ln.Addr().String()}
+	require.NoError(t, ln.Close())
+	s.start(t)
+	t.Cleanup(s.kill)
+	return s
+}
+
+// start runs the server on its port and waits until it answers.
+func (s *redisServer) start(t *testing.T) {
+	t.Helper()
+	_, port, _ := net.SplitHostPort(s.addr)
+	s.cmd = exec.Command(s.path, "--bind", "127.0.0.1", "--port", port, "--save", "", "--appendonly", "no",
+		"--dir", t.TempDir(), "--protected-mode", "no")
+	require.NoError(t, s.cmd.Start())
+	rdb := newRedisClient(t, s.addr, 0)
+	require.Eventually(t, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		return rdb.Ping(ctx).Err() == nil
+	}, 10*time.Second, 20*time.Millisecond, "redis-server on %s did not start", s.addr)
+}
+
+// kill stops the server as a crash does (SIGKILL).
+func (s *redisServer) kill() {
+	if s.cmd != nil {
+		_ = s.cmd.Process.Kill()
+		_ = s.cmd.Wait()
+		s.cmd = nil
+	}
 }
