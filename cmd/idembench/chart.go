@@ -40,8 +40,8 @@ func (rep *Report) chart(path string) error {
 		}
 		r.byC[p.Concurrency] = p
 	}
-	short := map[string]string{"mariadb": "MariaDB", "sqlite": "SQLite", "fiber": ""}
-	for _, fam := range []string{"mariadb", "sqlite", "fiber"} {
+	short := map[string]string{"mariadb": "MariaDB", "postgres": "Postgres", "sqlite": "SQLite", "fiber": ""}
+	for _, fam := range []string{"mariadb", "postgres", "sqlite", "fiber"} {
 		for _, g := range rep.B0 {
 			if g.Family == fam {
 				add(short[fam]+" B0", g)

@@ -25,7 +25,7 @@ import (
 // family is one database with the order schema, and the in-process servers
 // that serve the order handlers over it on loopback.
 type family struct {
-	name    string // "mariadb" or "sqlite"
+	name    string // "mariadb", "postgres" or "sqlite"
 	dialect string // orderservice.Setup dialect
 	db      *sql.DB
 	store   idempotency.Store
@@ -152,12 +152,13 @@ func (f *family) serveHTTP(h http.Handler) (string, error) {
 	return "http://" + ln.Addr().String() + "/orders", nil
 }
 
-// service serves the example order service with opts (Store is filled in)
-// and returns the URL of POST /orders.
+// service serves the example order service with opts (Store and Dialect are
+// filled in) and returns the URL of POST /orders.
 func (f *family) service(opts orderservice.Options) (string, error) {
 	if opts.Idempotency {
 		opts.Store = f.store
 	}
+	opts.Dialect = f.dialect
 	svc, err := orderservice.New(f.db, opts)
 	if err != nil {
 		return "", err
@@ -186,9 +187,12 @@ func (f *family) replayTarget(cfg idempotency.Config, pool []poolEntry) (target,
 
 // countOrders counts the purchase_order rows of one key: the executions.
 func (f *family) countOrders(ctx context.Context, scope, key string) (int, error) {
+	q := `SELECT COUNT(*) FROM purchase_order WHERE scope = ? AND idempotency_key = ?`
+	if f.dialect == "postgres" {
+		q = `SELECT COUNT(*) FROM purchase_order WHERE scope = $1 AND idempotency_key = $2`
+	}
 	var n int
-	err := f.db.QueryRowContext(ctx,
-		`SELECT COUNT(*) FROM purchase_order WHERE scope = ? AND idempotency_key = ?`, scope, key).Scan(&n)
+	err := f.db.QueryRowContext(ctx, q, scope, key).Scan(&n)
 	return n, err
 }
 

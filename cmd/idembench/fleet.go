@@ -11,8 +11,11 @@ package main
 // Each mixed point alternates in slices with the bare create (the same three
 // instances' unprotected handlers), and its new keys and replays are
 // reported apart, each as a ratio to the bare create, with where each
-// replay was answered from (a counting Observer: Event.From, and a
-// StageExecute before the replay for a re-execution).
+// replay was answered from (a counting Observer: Event.From, a hit of the
+// shared cache, and a StageExecute before the replay for a re-execution).
+// Every mixed point runs without and with the Redis pre-filter
+// (Config.SharedCache, fleet_redis.go), and each mode has a point where
+// Redis stops in the middle of the window.
 
 import (
 	"bytes"
@@ -29,6 +32,7 @@ import (
 
 	"github.com/orderguard/idempotency"
 	"github.com/orderguard/idempotency/examples/orderservice"
+	idemredis "github.com/orderguard/idempotency/redis"
 )
 
 const (
@@ -97,14 +101,16 @@ func (m *fleetMix) done(w *worker, rq request, status int, err error) {
 }
 
 // replaySources counts where the create route's replays were answered from:
-// this instance's replay cache (Event.From), the store after a read, or the
-// store after an execution that collided and rolled back (a StageExecute
-// began in the same request). It is both Observer and StageObserver.
+// this instance's replay cache (Event.From), the shared cache (Redis: the
+// request's GetReplay found the entry, sharedCounter), the store after a
+// read, or the store after an execution that collided and rolled back (a
+// StageExecute began in the same request). It is both Observer and
+// StageObserver.
 type replaySources struct {
-	cache, store, reexec, executed atomic.Int64
+	cache, shared, store, reexec, executed atomic.Int64
 }
 
-type requestMarks struct{ executed atomic.Bool }
+type requestMarks struct{ executed, shared atomic.Bool }
 
 type marksKey struct{}
 
@@ -129,6 +135,8 @@ func (s *replaySources) Observe(ctx context.Context, e idempotency.Event) {
 	switch {
 	case e.From == idempotency.ReplayFromCache:
 		s.cache.Add(1)
+	case m != nil && m.shared.Load() && !m.executed.Load():
+		s.shared.Add(1)
 	case m != nil && m.executed.Load():
 		s.reexec.Add(1)
 	default:
@@ -141,6 +149,7 @@ func (s *replaySources) probe(base func() map[string]float64) func() map[string]
 	return func() map[string]float64 {
 		out := base()
 		out["replay_from_cache"] = float64(s.cache.Load())
+		out["replay_from_redis"] = float64(s.shared.Load())
 		out["replay_from_store"] = float64(s.store.Load())
 		out["replay_reexecuted"] = float64(s.reexec.Load())
 		out["handler_runs"] = float64(s.executed.Load())
@@ -148,33 +157,57 @@ func (s *replaySources) probe(base func() map[string]float64) func() map[string]
 	}
 }
 
-// runFleet is the fleet family.
+// runFleet is the fleet family. Quick mode keeps it to the first mode at
+// 20 % retries, without and with Redis, and Redis stopped mid-run.
 func (r *runner) runFleet(ctx context.Context, f *family) error {
 	c := headlineConc
+	modes, shares := r.opts.modes, fleetRetryShares
+	if r.opts.quick {
+		modes, shares = modes[:1], []float64{fleetStopRetries}
+	}
 	fmt.Fprintf(os.Stderr, "== fleet: %d instances on one database, random routing, c=%d\n", fleetInstances, c)
 	dbs := []*sql.DB{f.db}
 	for len(dbs) < fleetInstances {
 		dbs = append(dbs, f.openDB())
 	}
-	serve := func(opts orderservice.Options) ([]string, error) {
+	rd, err := openFleetRedis(ctx, r.opts.redis)
+	if err != nil {
+		r.note("fleet: the Redis variants were skipped: Redis at %s unreachable: %v", r.opts.redis, err)
+		rd = nil
+	} else {
+		defer rd.close()
+	}
+	// serve starts one instance per database; with redisAddr, each has its
+	// own idemredis.Cache (its own client) on it, as each process would.
+	serve := func(opts orderservice.Options, redisAddr string) ([]string, []*idemredis.Cache, error) {
 		var urls []string
+		var caches []*idemredis.Cache
 		for _, db := range dbs {
-			if opts.Idempotency {
-				opts.Store = idempotency.NewMySQLStore(db)
+			o := opts
+			if o.Idempotency {
+				o.Store = idempotency.NewMySQLStore(db)
+				if redisAddr != "" {
+					rc, err := rd.cache(redisAddr)
+					if err != nil {
+						return nil, nil, err
+					}
+					caches = append(caches, rc)
+					o.Config.SharedCache = sharedCounter{rc}
+				}
 			}
-			svc, err := orderservice.New(db, opts)
+			svc, err := orderservice.New(db, o)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			url, err := f.serveHTTP(svc)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			urls = append(urls, url)
 		}
-		return urls, nil
+		return urls, caches, nil
 	}
-	bareURLs, err := serve(orderservice.Options{})
+	bareURLs, _, err := serve(orderservice.Options{}, "")
 	if err != nil {
 		return err
 	}
@@ -183,22 +216,64 @@ func (r *runner) runFleet(ctx context.Context, f *family) error {
 		rq.url = bareURLs[rand.IntN(len(bareURLs))]
 		return rq
 	}, wantStatus: http.StatusCreated}
-	for _, mode := range r.opts.modes {
+	baseProbe := f.probe
+	if rd != nil {
+		baseProbe = mariaAndRedisProbe(f.probe)
+	}
+	mixed := func(urls []string, share float64) target {
+		mix := &fleetMix{urls: urls, retry: share, recent: make([]poolEntry, fleetRecent)}
+		return target{url: urls[0], keyHeader: "Idempotency-Key", gen: mix.gen, done: mix.done, wantStatus: http.StatusCreated}
+	}
+	for _, mode := range modes {
+		type fleet struct {
+			name  string // "" or ", Redis"
+			urls  []string
+			probe func() map[string]float64
+		}
 		src := &replaySources{}
-		urls, err := serve(orderservice.Options{Idempotency: true, Config: idempotency.Config{Mode: mode, Observer: src}})
+		urls, _, err := serve(orderservice.Options{Idempotency: true, Config: idempotency.Config{Mode: mode, Observer: src}}, "")
 		if err != nil {
 			return err
 		}
-		probe := src.probe(f.probe)
-		for _, share := range fleetRetryShares {
-			if ctx.Err() != nil {
-				return ctx.Err()
+		plain := fleet{"", urls, src.probe(baseProbe)}
+		fleets := []fleet{plain}
+		if rd != nil {
+			src := &replaySources{}
+			urls, _, err := serve(orderservice.Options{Idempotency: true, Config: idempotency.Config{Mode: mode, Observer: src}}, rd.addr)
+			if err != nil {
+				return err
 			}
-			mix := &fleetMix{urls: urls, retry: share, recent: make([]poolEntry, fleetRecent)}
-			t := target{url: urls[0], keyHeader: "Idempotency-Key", gen: mix.gen, done: mix.done, wantStatus: http.StatusCreated}
-			variant := fmt.Sprintf("%s, %.0f%% retries", modeName(mode), 100*share)
-			r.measureFleet(f.client, probe, c, bare, variant, t)
+			fleets = append(fleets, fleet{", Redis", urls, src.probe(baseProbe)})
 		}
+		for _, share := range shares {
+			for _, fl := range fleets {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				variant := fmt.Sprintf("%s, %.0f%% retries%s", modeName(mode), 100*share, fl.name)
+				r.measureFleet(f.client, fl.probe, c, bare, variant, mixed(fl.urls, share))
+			}
+		}
+		if rd == nil || ctx.Err() != nil {
+			continue
+		}
+		// Redis stopped mid-run: fresh instances whose caches reach Redis
+		// through a proxy of ours, between runs of the bare create and of
+		// the same mix without Redis.
+		proxy, err := startProxy(rd.addr)
+		if err != nil {
+			return err
+		}
+		src = &replaySources{}
+		urls, caches, err := serve(orderservice.Options{Idempotency: true, Config: idempotency.Config{Mode: mode, Observer: src}}, proxy.addr)
+		if err != nil {
+			proxy.stop()
+			return err
+		}
+		variant := fmt.Sprintf("%s, %.0f%% retries, Redis stopped at half", modeName(mode), 100*fleetStopRetries)
+		r.measureRedisStop(f.client, c, variant, bare, mixed(plain.urls, fleetStopRetries), plain.probe,
+			mixed(urls, fleetStopRetries), src.probe(baseProbe), proxy, caches)
+		proxy.stop()
 	}
 	return nil
 }
@@ -227,7 +302,7 @@ func (r *runner) measureFleet(client *http.Client, probe func() map[string]float
 	}
 	nw, rp := p.Kinds[kindNew], p.Kinds[kindReplay]
 	if nw != nil && rp != nil {
-		fmt.Fprintf(os.Stderr, "    new keys: thr %.2f, P99 %.2f × bare; replays: thr %.2f, P99 %.2f × bare; replays from cache/store/re-execution %s\n",
+		fmt.Fprintf(os.Stderr, "    new keys: thr %.2f, P99 %.2f × bare; replays: thr %.2f, P99 %.2f × bare; replays from cache/Redis/store/re-execution %s\n",
 			nw.EquivRPS/p.Kinds["bare"].EquivRPS, nw.P99/p0.P99, rp.EquivRPS/p.Kinds["bare"].EquivRPS, rp.P99/p0.P99, sourceShares(p))
 	}
 }
@@ -248,14 +323,15 @@ func kindStat(sorted []time.Duration, conc int, seconds float64) *KindStat {
 	return k
 }
 
-// sourceShares is where a point's replays came from, in % of its replays.
+// sourceShares is where a point's replays came from, in % of its replays:
+// this instance's cache / Redis / the store / a re-execution.
 func sourceShares(p *Point) string {
-	c, s, x := p.Server["replay_from_cache"], p.Server["replay_from_store"], p.Server["replay_reexecuted"]
-	all := c + s + x
+	c, rd, s, x := p.Server["replay_from_cache"], p.Server["replay_from_redis"], p.Server["replay_from_store"], p.Server["replay_reexecuted"]
+	all := c + rd + s + x
 	if all == 0 {
 		return "–"
 	}
-	return fmt.Sprintf("%.0f / %.0f / %.0f %%", 100*c/all, 100*s/all, 100*x/all)
+	return fmt.Sprintf("%.0f / %.0f / %.0f / %.0f %%", 100*c/all, 100*rd/all, 100*s/all, 100*x/all)
 }
 
 // fleetMarkdown writes the fleet family's section, if it ran.
@@ -266,8 +342,8 @@ func (rep *Report) fleetMarkdown(b *strings.Builder) {
 	}
 	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
 	w("## Fleet: three instances on one database\n\n")
-	w("Three instances of examples/orderservice, each with its own *sql.DB (pool of 64), store and replay cache, over one MariaDB database, served in-process on loopback; every request goes to an instance picked at random. Workload: new keys, plus retries of keys answered moments before (picked from the latest %d), which land on any instance. Each mixed point alternates with the bare create on the same three instances (Idempotency=false) in %v slices. Concurrency %d.\n\n", fleetRecent, rep.Options["slices"], headlineConc)
-	w("| mode, retries | all req/s vs bare | new keys thr vs bare | new keys P99 vs bare | replays thr vs bare | replays P99 vs bare | replays from cache / store / re-execution | handler runs per replay | round trips/req |\n")
+	w("Three instances of examples/orderservice, each with its own *sql.DB (pool of 64), store and replay cache, over one MariaDB database, served in-process on loopback; every request goes to an instance picked at random. Workload: new keys, plus retries of keys answered moments before (picked from the latest %d), which land on any instance. Each mixed point alternates with the bare create on the same three instances (Idempotency=false) in %v slices. Concurrency %d. Rows marked Redis give each instance an `idemredis.Cache` of its own (its own client, default settings: 20 ms timeout) on one Redis as Config.SharedCache, under a key prefix new to the run, so entries of earlier runs never answer.\n\n", fleetRecent, rep.Options["slices"], headlineConc)
+	w("| mode, retries | all req/s vs bare | new keys thr vs bare | new keys P99 vs bare | replays thr vs bare | replays P99 vs bare | replays from cache / Redis / store / re-execution | handler runs per replay | round trips/req |\n")
 	w("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, p := range pts {
 		bare, nw, rp := p.Kinds["bare"], p.Kinds[kindNew], p.Kinds[kindReplay]
@@ -282,6 +358,38 @@ func (rep *Report) fleetMarkdown(b *strings.Builder) {
 			nw.EquivRPS/bare.EquivRPS, nw.P99/p.BaselineP99, rp.EquivRPS/bare.EquivRPS, rp.P99/p.BaselineP99,
 			sourceShares(p), runsPerReplay, p.Server["round_trips"])
 	}
-	w("\nA kind's throughput ratio is (concurrency / its mean latency in the mix) over (concurrency / the bare create's mean latency): by Little's law, what a closed loop sending only that kind would answer at the latencies it had in the mix, over the bare create's. P99 ratios are over the bare create's P99 in the alternating slices. Sources come from a counting Observer: `Event.From` (cache or store) and, for a re-execution, a StageExecute in the same request. Handler runs per replay counts executions beyond one per new key (rolled-back runs of replays).\n\n")
+	w("\nA kind's throughput ratio is (concurrency / its mean latency in the mix) over (concurrency / the bare create's mean latency): by Little's law, what a closed loop sending only that kind would answer at the latencies it had in the mix, over the bare create's. P99 ratios are over the bare create's P99 in the alternating slices. Sources come from a counting Observer: `Event.From` (cache or store), a wrapper of the shared cache that marks a request whose GetReplay found an entry (Redis), and, for a re-execution, a StageExecute in the same request. Handler runs per replay counts executions beyond one per new key (rolled-back runs of replays).\n\n")
+	rep.fleetTargets(b, pts)
 	rep.table(b, famFleet, pts, true)
+	rep.redisStopMarkdown(b)
+}
+
+// fleetTargets writes whether the 20 % points meet issue 13's targets: with
+// Redis, replays at ≥ 5 × the bare create's throughput and ≤ 0.3 × its P99;
+// without Redis, single-phase replays at ≤ 0.5 × its P99.
+func (rep *Report) fleetTargets(b *strings.Builder, pts []*Point) {
+	var lines []string
+	for _, p := range pts {
+		bare, rp := p.Kinds["bare"], p.Kinds[kindReplay]
+		if bare == nil || rp == nil || bare.EquivRPS == 0 || p.BaselineP99 == 0 || !strings.Contains(p.Variant, "20% retries") {
+			continue
+		}
+		thr, p99 := rp.EquivRPS/bare.EquivRPS, rp.P99/p.BaselineP99
+		met := map[bool]string{true: "met", false: "**not met**"}
+		switch {
+		case strings.HasSuffix(p.Variant, ", Redis"):
+			lines = append(lines, fmt.Sprintf("%s: replays %.2f × the bare create's throughput (target ≥ 5) and %.2f × its P99 (target ≤ 0.3): %s",
+				p.Variant, thr, p99, met[thr >= 5 && p99 <= 0.3]))
+		case strings.HasPrefix(p.Variant, "single-phase"):
+			lines = append(lines, fmt.Sprintf("%s: replays %.2f × the bare create's P99 (target ≤ 0.5): %s", p.Variant, p99, met[p99 <= 0.5]))
+		}
+	}
+	if len(lines) == 0 {
+		return
+	}
+	fmt.Fprintf(b, "Issue 13's targets at 20 %% retries:\n\n")
+	for _, l := range lines {
+		fmt.Fprintf(b, "- %s.\n", l)
+	}
+	fmt.Fprintf(b, "\n")
 }

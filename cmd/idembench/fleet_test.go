@@ -4,15 +4,16 @@ import (
 	"testing"
 )
 
-// The fleet family is not part of CI's quick run unless asked for.
-func TestFleetFamilyOffInQuickUnlessAsked(t *testing.T) {
+// The fleet family runs in CI's quick run too (reduced: runFleet), unless
+// turned off.
+func TestFleetFamilyRunsInQuickUnlessTurnedOff(t *testing.T) {
 	for _, c := range []struct {
 		args []string
 		want bool
 	}{
 		{nil, true},
-		{[]string{"-quick"}, false},
-		{[]string{"-quick", "-fleet"}, true},
+		{[]string{"-quick"}, true},
+		{[]string{"-quick", "-fleet=false"}, false},
 		{[]string{"-fleet=false"}, false},
 	} {
 		o, err := parseOptions(c.args)

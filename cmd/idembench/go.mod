@@ -6,8 +6,18 @@ require (
 	github.com/go-sql-driver/mysql v1.10.1
 	github.com/gofiber/fiber/v3 v3.1.0
 	github.com/gofiber/storage/redis/v3 v3.4.3
+	github.com/jackc/pgx/v5 v5.12.0
 	github.com/orderguard/idempotency v0.0.0
+	github.com/orderguard/idempotency/redis v0.0.0
+	github.com/redis/go-redis/v9 v9.23.0
 	gonum.org/v1/plot v0.17.0
+)
+
+require (
+	github.com/jackc/pgpassfile v1.0.0 // indirect
+	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
+	github.com/jackc/puddle/v2 v2.2.3 // indirect
+	golang.org/x/sync v0.24.0 // indirect
 )
 
 require (
@@ -28,9 +38,9 @@ require (
 	github.com/mattn/go-colorable v0.1.14 // indirect
 	github.com/mattn/go-isatty v0.0.24 // indirect
 	github.com/ncruces/go-strftime v1.1.0 // indirect
+	github.com/orderguard/idempotency/postgres v0.0.0
 	github.com/orderguard/idempotency/sqlite v0.0.0
 	github.com/philhofer/fwd v1.2.0 // indirect
-	github.com/redis/go-redis/v9 v9.23.0 // indirect
 	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
 	github.com/tinylib/msgp v1.6.3 // indirect
 	github.com/valyala/bytebufferpool v1.0.0 // indirect
@@ -40,7 +50,7 @@ require (
 	golang.org/x/image v0.30.0 // indirect
 	golang.org/x/net v0.50.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
-	golang.org/x/text v0.42.0 // indirect
+	golang.org/x/text v0.43.0 // indirect
 	modernc.org/libc v1.80.1 // indirect
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect
@@ -50,3 +60,7 @@ require (
 replace github.com/orderguard/idempotency => ../..
 
 replace github.com/orderguard/idempotency/sqlite => ../../sqlite
+
+replace github.com/orderguard/idempotency/redis => ../../redis
+
+replace github.com/orderguard/idempotency/postgres => ../../postgres

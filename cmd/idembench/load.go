@@ -242,29 +242,38 @@ func runLoad(client *http.Client, t target, conc int, warmup, dur time.Duration,
 	for _, l := range s.kindLat {
 		slices.Sort(l)
 	}
-	if before != nil && after != nil && s.requests > 0 {
-		s.probe = map[string]float64{}
-		for k, a := range after {
-			d := a - before[k]
-			if strings.HasPrefix(k, "cpu_") {
-				// CPU seconds → percent of one core over the window, and
-				// milliseconds per request.
-				s.probe[k] = 100 * d / dur.Seconds()
-				if k == "cpu_self" || k == "cpu_db" || k == "cpu_redis" {
-					s.probe[k+"_ms_per_req"] = 1000 * d / float64(s.requests)
-				}
-				continue
-			}
-			s.probe[k] = d / float64(s.requests)
-		}
-		if total, ok := s.probe["cpu_total"]; ok {
-			// Everything else on the machine: other engineers' builds and
-			// tests show up here, and make the point noisy.
-			s.probe["cpu_other"] = max(0, total-s.probe["cpu_self"]-s.probe["cpu_db"]-s.probe["cpu_redis"])
-			delete(s.probe, "cpu_total")
-		}
-	}
+	s.probe = perRequest(before, after, dur, s.requests)
 	return s
+}
+
+// perRequest turns two probe readings around a window into the point's
+// server columns: CPU as percent of one core over the window and
+// milliseconds per request, counters per request.
+func perRequest(before, after map[string]float64, dur time.Duration, requests int64) map[string]float64 {
+	if before == nil || after == nil || requests == 0 {
+		return nil
+	}
+	out := map[string]float64{}
+	for k, a := range after {
+		d := a - before[k]
+		if strings.HasPrefix(k, "cpu_") {
+			// CPU seconds → percent of one core over the window, and
+			// milliseconds per request.
+			out[k] = 100 * d / dur.Seconds()
+			if k == "cpu_self" || k == "cpu_db" || k == "cpu_redis" {
+				out[k+"_ms_per_req"] = 1000 * d / float64(requests)
+			}
+			continue
+		}
+		out[k] = d / float64(requests)
+	}
+	if total, ok := out["cpu_total"]; ok {
+		// Everything else on the machine: other engineers' builds and
+		// tests show up here, and make the point noisy.
+		out["cpu_other"] = max(0, total-out["cpu_self"]-out["cpu_db"]-out["cpu_redis"])
+		delete(out, "cpu_total")
+	}
+	return out
 }
 
 // do sends one request and checks its answer. A wrong status, a missing

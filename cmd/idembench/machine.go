@@ -24,6 +24,8 @@ type Machine struct {
 	MariaDB      string            `json:"mariadb_version"`
 	MariaDBVars  map[string]string `json:"mariadb_settings"`
 	Redis        string            `json:"redis_version,omitempty"`
+	Postgres     string            `json:"postgres_version,omitempty"`
+	PostgresVars map[string]string `json:"postgres_settings,omitempty"`
 	SQLiteDriver string            `json:"sqlite_driver"`
 }
 

@@ -1,15 +1,19 @@
 // Command idembench measures the idempotency middleware end to end: the
 // example order service's handlers served in-process by a real net/http
-// server on loopback, over a real MariaDB (and SQLite), driven by a
-// closed-loop load generator.
+// server on loopback, over a real MariaDB, PostgreSQL and SQLite, driven by
+// a closed-loop load generator.
 //
 //	B0  the create-order transaction without idempotency (the baseline)
 //	B1  a first request (new key) through the middleware, in each mode
 //	B2  a replay of a completed key, replay cache on and off
 //	B3  64 concurrent requests with one key: time to answer all; exactly one
 //	    execution, counted in purchase_order (the run fails otherwise)
-//	B4  B1 and B2 with 0 .. 10M existing idempotency records
+//	B4  B1 and B2 with 0 .. 10M existing idempotency records; B1 with random
+//	    (UUIDv4) and time-ordered (UUIDv7) new keys side by side (keys.go)
 //	B5  the same workload through Fiber v3's idempotency middleware + Redis
+//	fleet three instances on one database, new keys and retries landing on
+//	    any instance, without and with the Redis pre-filter, and Redis
+//	    stopped mid-run (fleet.go, fleet_redis.go)
 //	galera (only with -galera-dsns) B1/B2 over B0 with two instances on two
 //	    nodes of a Galera cluster vs one instance on one node, and the cost
 //	    of the wsrep_sync_wait=1 prefix on Lookup (cluster.go)
@@ -20,11 +24,15 @@
 //
 //	cd cmd/idembench && go run . -quick -out ../../docs   # < 60 s, as CI does
 //	cd cmd/idembench && go run . -out ../../docs          # full: 1/16/64, ~10 s a point, B4 to 10M
+//	cd cmd/idembench && go run . -mariadb=false -sqlite=false -b4=false -fiber=false \
+//	    -fleet=false -floor=false -ceiling=false -gobench=false -merge -out ../../docs   # PostgreSQL only, merged
 //
-// It writes benchmarks.md, benchmarks.json and benchmarks.png to -out. It
-// exits 0 when the measurements complete, whatever the timings; non-zero if
-// a correctness check failed (B3 executions other than exactly 1, answers
-// failing their check) or a measurement could not be made.
+// It writes benchmarks.md, benchmarks.json and benchmarks.png to -out; with
+// -merge, the families it measured replace theirs in -out's benchmarks.json
+// and the rest is kept (merge.go). It exits 0 when the measurements
+// complete, whatever the timings; non-zero if a correctness check failed
+// (B3 executions other than exactly 1, answers failing their check) or a
+// measurement could not be made.
 package main
 
 import (
@@ -53,6 +61,7 @@ type options struct {
 	sqlite       bool
 	fiber        bool
 	fleet        bool
+	floor        bool
 	b4           bool
 	ceiling      bool
 	gobench      bool
@@ -69,6 +78,8 @@ type options struct {
 	maxErrorRate float64
 	profileDir   string
 	mariadb      bool
+	postgres     string
+	merge        bool
 	galeraDSNs   string
 	clusterConc  int
 	lookupN      int
@@ -80,15 +91,16 @@ func parseOptions(args []string) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("idembench", flag.ContinueOnError)
 	fs.StringVar(&o.mysql, "mysql", "root@tcp(127.0.0.1:3306)/", "MariaDB/MySQL server DSN (go-sql-driver form); a fresh database is created per scenario family and dropped at the end")
-	fs.StringVar(&o.redis, "redis", "127.0.0.1:6379", "Redis address for B5 (Fiber); B5 is skipped with a note if unreachable")
+	fs.StringVar(&o.redis, "redis", "127.0.0.1:6379", "Redis address for B5 (Fiber) and the fleet family's Redis variants; they are skipped with a note if unreachable")
 	fs.DurationVar(&o.duration, "duration", 0, "measurement window per point (default 10s, -quick 1.5s)")
 	fs.DurationVar(&o.warmup, "warmup", 0, "warm-up per point before the window (default 1s, -quick 0.5s)")
-	fs.BoolVar(&o.quick, "quick", false, "a run under a minute: concurrency 16 only, B2 in the first mode only, fewer B3 repetitions, B4 at 0 and 100k in the first mode with half windows")
+	fs.BoolVar(&o.quick, "quick", false, "a run under a minute: concurrency 16 only, B2 in the first mode only, fewer B3 repetitions, B4 at 0 and 100k in the first mode with half windows, the fleet in the first mode at 20 % retries")
 	fs.StringVar(&o.out, "out", "docs", "directory for benchmarks.md, benchmarks.json and benchmarks.png")
 	fs.BoolVar(&o.sqlite, "sqlite", true, "include SQLite rows (default on in full mode, off with -quick unless given)")
 	fs.BoolVar(&o.fiber, "fiber", true, "include B5, Fiber v3 + Redis")
 	fs.BoolVar(&o.b4, "b4", true, "include B4, existing records")
-	fs.BoolVar(&o.fleet, "fleet", true, "include the fleet family: three instances on one MariaDB database, random routing, 5 % and 20 % retries landing anywhere (default on in full mode, off with -quick unless given)")
+	fs.BoolVar(&o.floor, "floor", true, "include the claim-floor family: claim-first's cost by statement at the database (database CPU and statements per request; claim only, finish, batched claims), against the bare create (default on in full mode, off with -quick unless given)")
+	fs.BoolVar(&o.fleet, "fleet", true, "include the fleet family: three instances on one MariaDB database, random routing, 5 % and 20 % retries landing anywhere, without and with the Redis pre-filter (-redis), and Redis stopped mid-run (-quick: the first mode at 20 % only)")
 	fs.BoolVar(&o.ceiling, "ceiling", true, "measure the harness ceiling (a no-op 201 handler, no database; default on in full mode, off with -quick unless given)")
 	fs.BoolVar(&o.gobench, "gobench", true, "run the root package's Go benchmarks (-benchmem)")
 	fs.StringVar(&o.benchtime, "benchtime", "", "-benchtime for the Go benchmarks (default go test's, -quick 100ms)")
@@ -103,6 +115,8 @@ func parseOptions(args []string) (options, error) {
 	fs.IntVar(&o.poolSize, "pool", 0, "completed keys replayed round-robin in B2 (default 1000, -quick 256)")
 	fs.StringVar(&o.profileDir, "cpuprofile", "", "directory for a Go CPU profile of each load point (this process: load generator, server, middleware, driver)")
 	fs.BoolVar(&o.mariadb, "mariadb", true, "include B0–B3 on MariaDB (-mysql)")
+	fs.StringVar(&o.postgres, "postgres", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "PostgreSQL server URL (a pgx connection string) for B0–B3 on PostgreSQL, also with -quick; a fresh database is created per run and dropped at the end; skipped with a note if unreachable, off when empty")
+	fs.BoolVar(&o.merge, "merge", false, "merge into -out's benchmarks.json: replace the families measured in this run, keep the others (with the command and machine that measured them) and sections of benchmarks.md written by hand, and render benchmarks.md and benchmarks.png from the merged report")
 	fs.StringVar(&o.galeraDSNs, "galera-dsns", "", "comma-separated DSNs of a Galera cluster's nodes (scripts/galera.sh dsns): runs the cluster family on nodes 1 and 2; skipped when empty, also with -quick")
 	fs.IntVar(&o.clusterConc, "cluster-concurrency", 16, "concurrency of the cluster family's points")
 	fs.IntVar(&o.lookupN, "cluster-lookups", 2000, "sequential Lookups per store in the cluster family's sync-wait micro-measure")
@@ -138,8 +152,8 @@ func parseOptions(args []string) (options, error) {
 	if o.quick && !set["sqlite"] {
 		o.sqlite = false
 	}
-	if o.quick && !set["fleet"] {
-		o.fleet = false
+	if o.quick && !set["floor"] {
+		o.floor = false
 	}
 	if o.quick && !set["ceiling"] {
 		o.ceiling = false
@@ -208,6 +222,9 @@ func run(args []string) int {
 	r := &runner{opts: opts}
 	rep := &Report{Command: commandLine(args), Options: opts.summary()}
 	rep.Machine = describeMachine(ctx, opts.mysql, opts.redis)
+	if opts.postgres != "" {
+		rep.Machine.Postgres, rep.Machine.PostgresVars = describePostgres(ctx, opts.postgres)
+	}
 	fmt.Fprintf(os.Stderr, "idembench: %s\n  %s, %s cores, MariaDB %s, %s\n", rep.Command, rep.Machine.CPUModel, rep.Machine.Nproc, rep.Machine.MariaDB, rep.Machine.GoVersion)
 
 	var errs []error
@@ -249,6 +266,23 @@ func run(args []string) int {
 			return r.runB3(ctx, f)
 		})
 	}
+	if opts.postgres != "" {
+		if err := pingPostgres(ctx, opts.postgres); err != nil {
+			r.note("postgres family skipped: %v", err)
+		} else {
+			step("postgres", func() error {
+				f, err := openPostgres(ctx, opts.postgres, "main")
+				if err != nil {
+					return err
+				}
+				defer f.close()
+				if err := r.runMain(ctx, f); err != nil {
+					return err
+				}
+				return r.runB3(ctx, f)
+			})
+		}
+	}
 	if opts.sqlite {
 		step("sqlite", func() error {
 			f, err := openSQLite(ctx)
@@ -260,6 +294,16 @@ func run(args []string) int {
 				return err
 			}
 			return r.runB3(ctx, f)
+		})
+	}
+	if opts.floor {
+		step("floor", func() error {
+			f, err := openMariaDB(ctx, opts.mysql, "floor")
+			if err != nil {
+				return err
+			}
+			defer f.close()
+			return r.runFloor(ctx, f)
 		})
 	}
 	if opts.fleet {
@@ -304,6 +348,12 @@ func run(args []string) int {
 	for _, err := range errs {
 		rep.Errors = append(rep.Errors, err.Error())
 	}
+	if opts.merge {
+		if err := rep.mergeInto(opts.out); err != nil {
+			fmt.Fprintln(os.Stderr, "idembench: -merge:", err)
+			return 1
+		}
+	}
 	if err := rep.write(opts.out); err != nil {
 		fmt.Fprintln(os.Stderr, "idembench: write report:", err)
 		return 1
@@ -342,8 +392,8 @@ func (o options) summary() map[string]any {
 		"quick": o.quick, "duration": o.duration.String(), "warmup": o.warmup.String(), "slices": o.slices, "settle_max": o.settleMax.String(), "first_slice_warmup": "all",
 		"concurrency": o.concurrency, "modes": modes, "b4_levels": o.b4Levels, "b4_concurrency": o.b4Conc,
 		"b3_requests": o.b3Conc, "b3_repetitions": o.b3Reps, "replay_pool": o.poolSize,
-		"sqlite": o.sqlite, "fiber": o.fiber, "fleet": o.fleet, "ceiling": o.ceiling, "b4": o.b4, "gobench": o.gobench, "benchtime": o.benchtime,
-		"mariadb": o.mariadb, "galera": o.galeraDSNs != "", "cluster_concurrency": o.clusterConc, "cluster_lookups": o.lookupN,
+		"sqlite": o.sqlite, "fiber": o.fiber, "fleet": o.fleet, "floor": o.floor, "ceiling": o.ceiling, "b4": o.b4, "gobench": o.gobench, "benchtime": o.benchtime,
+		"mariadb": o.mariadb, "postgres": o.postgres != "", "galera": o.galeraDSNs != "", "cluster_concurrency": o.clusterConc, "cluster_lookups": o.lookupN,
 	}
 }
 

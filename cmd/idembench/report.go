@@ -29,6 +29,11 @@ type Report struct {
 	Failures   []string       `json:"correctness_failures"`
 	Errors     []string       `json:"errors"`
 	Cluster    *ClusterResult `json:"cluster,omitempty"`
+	// Sources are the runs a merged report (-merge) was made of, newest
+	// last, and Appendices the sections written by hand that it keeps
+	// (merge.go).
+	Sources    []Source   `json:"sources,omitempty"`
+	Appendices []Appendix `json:"appendices,omitempty"`
 
 	goBenchOut string
 }
@@ -50,6 +55,10 @@ type Ratio struct {
 }
 
 const headlineConc = 16
+
+// headlineFamilies are the families whose B1/B0 and B2/B0 P99 ratios are
+// headlines, side by side, with their column titles.
+var headlineFamilies = map[string]string{"mariadb": "MariaDB", "postgres": "PostgreSQL"}
 
 // noisyCPU is the CPU (in % of one core) that other processes may use during
 // a point before the report marks it noisy (†).
@@ -121,14 +130,14 @@ func computeRatios(points []*Point, b0 []*Point) []Ratio {
 				Name: "B1/B0 throughput, " + p.Variant, Family: p.Family, Concurrency: p.Concurrency,
 				Value:    p.RPS / p.BaselineRPS,
 				Detail:   fmt.Sprintf("%.0f / %.0f req/s", p.RPS, p.BaselineRPS),
-				Headline: p.Family == "mariadb" && p.Concurrency == headlineConc,
+				Headline: headlineFamilies[p.Family] != "" && p.Concurrency == headlineConc,
 			})
 		case p.Bench == "B2" && p.BaselineRPS > 0:
 			out = append(out, Ratio{
 				Name: "B2/B0 P99, " + p.Variant, Family: p.Family, Concurrency: p.Concurrency,
 				Value:    p.P99 / p.BaselineP99,
 				Detail:   fmt.Sprintf("%.2f / %.2f ms", p.P99, p.BaselineP99),
-				Headline: p.Family == "mariadb" && p.Concurrency == headlineConc,
+				Headline: headlineFamilies[p.Family] != "" && p.Concurrency == headlineConc,
 			}, Ratio{
 				Name: "B2/B0 throughput, " + p.Variant, Family: p.Family, Concurrency: p.Concurrency,
 				Value:  p.RPS / p.BaselineRPS,
@@ -209,6 +218,8 @@ func computeRatios(points []*Point, b0 []*Point) []Ratio {
 			Detail: fmt.Sprintf("%.2f / %.2f ms", large.P99, empty.P99), Headline: !normalized,
 		})
 	}
+	// B4: new keys of both kinds at each level (keys.go).
+	out = append(out, keyKindRatios(points)...)
 	return out
 }
 
@@ -245,12 +256,19 @@ func (rep *Report) markdown() string {
 	w("Timings are a report, never a test: they vary with the machine and with whatever else it runs.\n\n")
 	w("Commands (from the repository root):\n\n```sh\n")
 	w("cd cmd/idembench && go run . -quick -out ../../docs   # quick report, under a minute (what CI runs)\n")
-	w("cd cmd/idembench && go run . -out ../../docs          # full: concurrency 1/16/64, 10 s a point, B4 up to 10M records\n```\n\n")
+	w("cd cmd/idembench && go run . -out ../../docs          # full: concurrency 1/16/64, 10 s a point, B4 up to 10M records\n")
+	w("cd cmd/idembench && go run . -mariadb=false -sqlite=false -b4=false -fiber=false -fleet=false -ceiling=false -gobench=false \\\n")
+	w("    -merge -out ../../docs                            # only the families left on, merged into the report\n```\n\n")
 	var phases []string
 	for _, p := range rep.Phases {
 		phases = append(phases, fmt.Sprintf("%s %.0f s", p.Name, p.Seconds))
 	}
-	w("This report: `%s` (%.0f s: %s). `go run . -h` lists the flags (-mysql DSN, -duration, -quick, -out, -sqlite, -modes, …).\n\n", rep.Command, rep.Elapsed, strings.Join(phases, ", "))
+	if len(rep.Sources) > 1 {
+		rep.sourcesMarkdown(&b)
+	} else {
+		w("This report: `%s` (%.0f s: %s). ", rep.Command, rep.Elapsed, strings.Join(phases, ", "))
+	}
+	w("`go run . -h` lists the flags (-mysql DSN, -postgres URL, -duration, -quick, -out, -sqlite, -modes, -merge, …).\n\n")
 	m := rep.Machine
 	w("## Machine\n\n| | |\n|---|---|\n")
 	w("| date | %s |\n| nproc | %s |\n| CPU | %s |\n| memory | %s |\n| kernel | %s |\n| Go | %s (binary built with %s) |\n",
@@ -262,13 +280,25 @@ func (rep *Report) markdown() string {
 	}
 	slices.Sort(vars)
 	w("| MariaDB settings | %s |\n", strings.Join(vars, ", "))
+	if m.Postgres != "" {
+		var pv []string
+		for k, v := range m.PostgresVars {
+			pv = append(pv, k+"="+v)
+		}
+		slices.Sort(pv)
+		w("| PostgreSQL | %s (`SHOW server_version`) |\n| PostgreSQL settings | %s |\n", m.Postgres, strings.Join(pv, ", "))
+	}
 	if m.Redis != "" {
 		w("| Redis | %s |\n", m.Redis)
 	}
 	w("| SQLite | %s |\n\n", m.SQLiteDriver)
 	w("Client, server and databases share these cores: the load generator, the HTTP server, the middleware and MariaDB compete for the same %s CPUs. ", m.Nproc)
 	if m.MariaDBVars["innodb_flush_log_at_trx_commit"] == "1" {
-		w("With innodb_flush_log_at_trx_commit=1 every commit waits for a redo-log flush (concurrent commits share one by group commit); SQLite runs in WAL mode with synchronous=NORMAL (sqlite.Open's setting), which does not flush at every commit, so its write numbers buy less durability than MariaDB's.")
+		w("With innodb_flush_log_at_trx_commit=1 every commit waits for a redo-log flush (concurrent commits share one by group commit)")
+		if m.PostgresVars["synchronous_commit"] == "on" && m.PostgresVars["fsync"] == "on" {
+			w(", as every PostgreSQL commit waits for its WAL flush with synchronous_commit=on")
+		}
+		w("; SQLite runs in WAL mode with synchronous=NORMAL (sqlite.Open's setting), which does not flush at every commit, so its write numbers buy less durability than MariaDB's.")
 	}
 	w("\n\n")
 
@@ -283,13 +313,8 @@ func (rep *Report) markdown() string {
 		w("\n")
 	}
 
-	w("## Headline ratios (MariaDB, concurrency %d)\n\n", headlineConc)
-	w("| ratio | value | from |\n|---|---:|---|\n")
-	for _, r := range rep.Ratios {
-		if r.Headline {
-			w("| %s | **%.2f** | %s |\n", r.Name, r.Value, r.Detail)
-		}
-	}
+	w("## Headline ratios (concurrency %d)\n\n", headlineConc)
+	rep.headlines(&b)
 	w("\nEvery ratio's denominator was measured alongside its numerator: each B1/B2 point and its own B0 baseline alternate in %v slices of the window (B0 first and last), so a slow spell of the machine falls on both; B4 and B5 points sit between runs of their reference. B1/B0 throughput below 1 is the middleware's cost on a create; B2/B0 P99 below 1 means a replay answers faster than executing the order.\n\n", rep.Options["slices"])
 
 	w("## All ratios\n\n| family | c | ratio | value | from |\n|---|---:|---|---:|---|\n")
@@ -299,13 +324,14 @@ func (rep *Report) markdown() string {
 	w("\n")
 
 	rep.whereTimeGoes(&b)
+	rep.postgresTimeGoes(&b)
 
-	for _, fam := range []string{"mariadb", "sqlite"} {
+	for _, fam := range []string{"mariadb", "postgres", "sqlite"} {
 		pts := rep.pointsOf(func(p *Point) bool { return p.Family == fam && (p.Bench == "B1" || p.Bench == "B2") })
 		if len(pts) == 0 {
 			continue
 		}
-		w("## B0–B2 on %s\n\n", map[string]string{"mariadb": "MariaDB", "sqlite": "SQLite"}[fam])
+		w("## B0–B2 on %s\n\n", map[string]string{"mariadb": "MariaDB", "postgres": "PostgreSQL", "sqlite": "SQLite"}[fam])
 		rep.table(&b, fam, pts, true)
 	}
 
@@ -331,7 +357,7 @@ func (rep *Report) markdown() string {
 
 	if pts := rep.pointsOf(func(p *Point) bool { return strings.HasPrefix(p.Bench, "B4") }); len(pts) > 0 {
 		w("## B4: existing idempotency records (MariaDB)\n\n")
-		w("Existing records are DONE records with a 201 snapshot, spread over the benchmark's 16 scopes, with UUID-like keys spread evenly over the key space so new random keys land among them. Only idempotency_record grows; purchase_order does not. B2 here runs with the replay cache off (the cache would hide the table) over a fresh pool of %v keys created at each level.\n\n", rep.Options["replay_pool"])
+		w("Existing records are DONE records with a 201 snapshot, spread over the benchmark's 16 scopes, with UUID-like keys spread evenly over the key space so new random keys land among them. B1 runs with random (UUIDv4) and with time-ordered (UUIDv7) new keys side by side, each through its own B0: new v7 keys all land at one point among the existing keys that moves only with the clock, as they would at the right edge of a table of older v7 keys. Only idempotency_record grows; purchase_order does not. B2 here runs with the replay cache off (the cache would hide the table) over a fresh pool of %v keys created at each level.\n\n", rep.Options["replay_pool"])
 		w("| load | rows | seconds | rows/s | statements | idempotency_record after | write-back wait |\n|---|---:|---:|---:|---:|---:|---:|\n")
 		for _, l := range rep.B4Loads {
 			w("| %s → %s | %d | %.1f | %.0f | %d | %.0f MB | %.1f s |\n", humanCount(l.From), humanCount(l.To), l.To-l.From, l.Seconds, l.RowsPerSec, l.Statements, l.TableMB, l.SettleSeconds)
@@ -355,6 +381,8 @@ func (rep *Report) markdown() string {
 
 	rep.clusterMarkdown(&b)
 	rep.fleetMarkdown(&b)
+	rep.floorMarkdown(&b)
+	rep.appendixMarkdown(&b)
 
 	if len(rep.GoBench) > 0 {
 		w("## In-process path: allocations per request\n\n")
@@ -373,6 +401,9 @@ func (rep *Report) markdown() string {
 	w("- Every answer is checked: 201 for creates; for replays also `Idempotent-Replayed: true` and a body byte-identical to the first answer. Failed checks are the `err` column; a point with more than 1%% fails the run.\n")
 	w("- B0 is the same create transaction (price lookup, INSERT INTO purchase_order as INIT, guarded UPDATE to CREATED, commit) with Idempotency=false and no key. B1 sends a new UUID key per request. B2 replays a pool of %v completed keys round-robin.\n", rep.Options["replay_pool"])
 	w("- Server columns (MariaDB): round trips/req are this process's statements to the database per request, BEGIN and COMMIT included, counted by a wrapper around the driver (each statement is one round trip with interpolateParams=true); fsync/req is `Innodb_data_fsyncs` per request (redo log and data files; group commit shares one log fsync between concurrent commits), reads/req is `Innodb_buffer_pool_reads` (pages read from disk). These two counters are server-wide: anything else running on the server adds to them. cpu%% is CPU time over the window in %% of one core: `go` is this process (load generator, HTTP server, middleware), `db` is mariadbd (and redis-server in B5), `other` is every other process on the machine (a busy neighbour makes that point noisy).\n")
+	if len(rep.pointsOf(func(p *Point) bool { return p.Family == "postgres" })) > 0 {
+		w("- Server columns (PostgreSQL): round trips/req as for MariaDB (pgx caches each connection's prepared statements, so after its first use a statement is one round trip); fsync/req is `pg_stat_wal.wal_sync` per request (server-wide, and flushed by the backends at most once a second, so it smears between neighbouring slices); reads/req is not measured; cpu%% db is the backends connected to the benchmark's database plus the WAL writer, checkpointer and background writer, read from /proc. The pool is postgres.Open's (postgres.MaxConns connections), as examples/server opens it.\n")
+	}
 	w("- Each family uses its own fresh database (idembench_<random>_<family>, dropped at the end) or a temporary SQLite file (WAL, the pool of 8 connections sqlite.Open sets up).\n\n")
 	if len(rep.Notes) > 0 {
 		w("## Notes\n\n")
@@ -382,6 +413,82 @@ func (rep *Report) markdown() string {
 		w("\n")
 	}
 	return b.String()
+}
+
+// headlines writes the headline ratios, MariaDB's and PostgreSQL's side by
+// side (Fiber's and B4's run on MariaDB), and whether each database meets
+// the targets of issue 12.
+func (rep *Report) headlines(b *strings.Builder) {
+	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	column := func(r Ratio) string {
+		if r.Family == "postgres" {
+			return "postgres"
+		}
+		return "mariadb"
+	}
+	var cols, names []string
+	cells := map[string]map[string]Ratio{}
+	for _, r := range rep.Ratios {
+		if !r.Headline {
+			continue
+		}
+		if c := column(r); !slices.Contains(cols, c) {
+			cols = append(cols, c)
+		}
+		if cells[r.Name] == nil {
+			cells[r.Name] = map[string]Ratio{}
+			names = append(names, r.Name)
+		}
+		cells[r.Name][column(r)] = r
+	}
+	slices.SortStableFunc(cols, func(a, b string) int { return strings.Compare(a, b) }) // mariadb, postgres
+	w("| ratio |")
+	for _, c := range cols {
+		w(" %s | from |", headlineFamilies[c])
+	}
+	w("\n|---|%s\n", strings.Repeat("---:|---|", len(cols)))
+	for _, n := range names {
+		w("| %s |", n)
+		for _, c := range cols {
+			if r, ok := cells[n][c]; ok {
+				w(" **%.2f** | %s |", r.Value, r.Detail)
+			} else {
+				w(" | |")
+			}
+		}
+		w("\n")
+	}
+	var verdicts []string
+	for _, c := range cols {
+		var bestMode string
+		var best float64
+		var replays []string
+		met := true
+		for _, r := range rep.Ratios {
+			if !r.Headline || r.Family != c {
+				continue
+			}
+			if mode, ok := strings.CutPrefix(r.Name, "B1/B0 throughput, "); ok && r.Value > best {
+				bestMode, best = mode, r.Value
+			}
+			if v, ok := strings.CutPrefix(r.Name, "B2/B0 P99, "); ok && strings.HasSuffix(v, "cache on") {
+				replays = append(replays, fmt.Sprintf("%.2f %s", r.Value, strings.TrimSuffix(v, ", cache on")))
+				met = met && r.Value <= 0.2
+			}
+		}
+		if bestMode == "" {
+			continue
+		}
+		verdict := map[bool]string{true: "met", false: "missed"}
+		v := fmt.Sprintf("%s: B1/B0 %.2f %s (%s)", headlineFamilies[c], best, bestMode, verdict[best >= 0.8])
+		if len(replays) > 0 {
+			v += fmt.Sprintf("; replay P99 %s (%s)", strings.Join(replays, ", "), verdict[met])
+		}
+		verdicts = append(verdicts, v)
+	}
+	if len(verdicts) > 0 {
+		w("\nTargets (issue 12), at concurrency %d: the faster mode's B1/B0 throughput ≥ 0.80, and a replay's P99 with the replay cache (the default) ≤ 0.20 × the bare create's. %s.\n", headlineConc, strings.Join(verdicts, ". "))
+	}
 }
 
 func (rep *Report) pointsOf(keep func(*Point) bool) []*Point {
@@ -519,7 +626,7 @@ func (rep *Report) whereTimeGoes(b *strings.Builder) {
 			}
 			w(" %s, %s records%s → %.2f reads, %.0f req/s;", p.Variant, humanCount(p.Records), mb, p.Server["bp_disk_reads"], p.RPS)
 		}
-		w(" once the table outgrows the buffer pool, a new random key's primary-key leaf must come from disk. Its one secondary index, (status, expires_at), grows at its right edge, which stays cached.\n\n")
+		w(" once the table outgrows the buffer pool, a new random key's primary-key leaf must come from disk, while a time-ordered key's is the leaf the previous insert used. Its one secondary index, (status, expires_at), grows at its right edge, which stays cached.\n\n")
 	}
 	gb := map[string]GoBench{}
 	for _, g := range rep.GoBench {

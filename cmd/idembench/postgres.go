@@ -1,0 +1,209 @@
+package main
+
+// The postgres family (issue 12): B0–B3 on PostgreSQL, through the postgres
+// store module and the example service's postgres dialect, in the same run
+// and report as MariaDB.
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/orderguard/idempotency/examples/orderservice"
+	"github.com/orderguard/idempotency/postgres"
+)
+
+// postgresAdmin opens a small pool to the server of url (its own database)
+// and checks that it answers within 5 s.
+func postgresAdmin(ctx context.Context, url string) (*sql.DB, *pgx.ConnConfig, error) {
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		return nil, nil, fmt.Errorf("-postgres: %w", err)
+	}
+	admin := stdlib.OpenDB(*cfg)
+	admin.SetMaxOpenConns(2)
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := admin.PingContext(pctx); err != nil {
+		admin.Close()
+		return nil, nil, fmt.Errorf("PostgreSQL at %s:%d: %w", cfg.Host, cfg.Port, err)
+	}
+	return admin, cfg, nil
+}
+
+// pingPostgres reports whether the server of url answers.
+func pingPostgres(ctx context.Context, url string) error {
+	admin, _, err := postgresAdmin(ctx, url)
+	if err != nil {
+		return err
+	}
+	return admin.Close()
+}
+
+// openPostgres creates a fresh database idembench_<random>_<label> on the
+// server of url and opens it as examples/server does (postgres.Open's pool:
+// postgres.MaxConns connections, kept open), through the statement-counting
+// connector. The database is dropped by close.
+func openPostgres(ctx context.Context, url, label string) (*family, error) {
+	admin, cfg, err := postgresAdmin(ctx, url)
+	if err != nil {
+		return nil, err
+	}
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	name := "idembench_" + hex.EncodeToString(b[:]) + "_" + label
+	if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
+		admin.Close()
+		return nil, fmt.Errorf("create database %s: %w", name, err)
+	}
+	f := &family{name: "postgres", dialect: "postgres"}
+	f.cleanup = append(f.cleanup, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		// FORCE: a pool closed a moment ago may still be disconnecting.
+		if _, err := admin.ExecContext(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
+			fmt.Fprintf(os.Stderr, "idembench: drop database %s: %v\n", name, err)
+		}
+		admin.Close()
+	})
+	dbCfg := cfg.Copy()
+	dbCfg.Database = name
+	counts := &sqlCounts{}
+	db := sql.OpenDB(countingConnector{Connector: stdlib.GetConnector(*dbCfg), n: counts})
+	db.SetMaxOpenConns(postgres.MaxConns)
+	db.SetMaxIdleConns(postgres.MaxConns)
+	db.SetConnMaxLifetime(30 * time.Minute)
+	f.cleanup = append(f.cleanup, func() { db.Close() })
+	f.db = db
+	if err := orderservice.Setup(ctx, db, "postgres"); err != nil {
+		f.close()
+		return nil, fmt.Errorf("setup %s: %w", name, err)
+	}
+	f.store = postgres.NewStore(db)
+	f.client = newClient(64)
+	f.probe = postgresProbe(admin, name, counts)
+	return f, nil
+}
+
+// postgresProbe is mariaProbe for PostgreSQL: this process's round trips,
+// the WAL syncs (pg_stat_wal, server-wide), and CPU. PostgreSQL serves each
+// connection with a process, so cpu_db sums the CPU of the backends
+// connected to this family's database (pg_stat_activity, re-read at every
+// call as the pool grows) and of the WAL writer, checkpointer and background
+// writer; a backend that exits between two calls loses its last interval.
+func postgresProbe(admin *sql.DB, dbName string, counts *sqlCounts) func() map[string]float64 {
+	cpu := cpuProbe(nil)
+	var (
+		mu      sync.Mutex
+		last    map[int]float64 // CPU seconds per pid at the previous call
+		cpuDB   float64         // CPU of the processes seen, since the first call
+		started bool
+	)
+	return func() map[string]float64 {
+		out := cpu()
+		for k, v := range counts.snapshot() {
+			out[k] = v
+		}
+		var walSyncs float64
+		if admin.QueryRow(`SELECT wal_sync FROM pg_stat_wal`).Scan(&walSyncs) == nil {
+			out["fsyncs"] = walSyncs
+		}
+		rows, err := admin.Query(`SELECT pid FROM pg_stat_activity
+WHERE datname = $1 OR backend_type IN ('walwriter', 'checkpointer', 'background writer')`, dbName)
+		if err != nil {
+			return out
+		}
+		defer rows.Close()
+		now := map[int]float64{}
+		for rows.Next() {
+			var pid int
+			if rows.Scan(&pid) == nil {
+				now[pid] = procCPU(strconv.Itoa(pid))
+			}
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for pid, c := range now {
+			prev, seen := last[pid]
+			switch {
+			case seen:
+				cpuDB += max(0, c-prev)
+			case started:
+				cpuDB += c // started since the previous call
+			}
+		}
+		last, started = now, true
+		out["cpu_db"] = cpuDB
+		return out
+	}
+}
+
+// describePostgres returns the server's version and the settings that decide
+// what a commit costs.
+func describePostgres(ctx context.Context, url string) (string, map[string]string) {
+	admin, _, err := postgresAdmin(ctx, url)
+	if err != nil {
+		return "", nil
+	}
+	defer admin.Close()
+	var version string
+	_ = admin.QueryRowContext(ctx, "SHOW server_version").Scan(&version)
+	vars := map[string]string{}
+	rows, err := admin.QueryContext(ctx, `SELECT name, current_setting(name) FROM pg_settings WHERE name IN
+('shared_buffers', 'synchronous_commit', 'fsync', 'wal_sync_method', 'full_page_writes', 'commit_delay', 'max_connections')`)
+	if err == nil {
+		for rows.Next() {
+			var k, v string
+			if rows.Scan(&k, &v) == nil {
+				vars[k] = v
+			}
+		}
+		rows.Close()
+	}
+	return version, vars
+}
+
+// postgresTimeGoes writes the per-request costs on PostgreSQL at the
+// headline concurrency: what each path adds over the bare create.
+func (rep *Report) postgresTimeGoes(b *strings.Builder) {
+	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	var b0 *Point
+	for _, g := range rep.B0 {
+		if g.Family == "postgres" && (b0 == nil || g.Concurrency == headlineConc) {
+			b0 = g
+		}
+	}
+	if b0 == nil {
+		return
+	}
+	stat := func(p *Point) string {
+		return fmt.Sprintf("%.1f round trips, %.2f commits, %.2f WAL syncs, CPU %.2f ms in this process + %.2f ms in PostgreSQL (%.0f%% + %.0f%% of a core, %.0f%% by others)",
+			p.Server["round_trips"], p.Server["commits"], p.Server["fsyncs"], p.Server["cpu_self_ms_per_req"], p.Server["cpu_db_ms_per_req"],
+			p.Server["cpu_self"], p.Server["cpu_db"], p.Server["cpu_other"])
+	}
+	w("## Where the time goes on PostgreSQL\n\n")
+	w("Per request at concurrency %d on PostgreSQL (round trips and commits counted in this process; WAL syncs are `pg_stat_wal.wal_sync`, server-wide; CPU in PostgreSQL is the backends of the benchmark's database plus the WAL writer, checkpointer and background writer):\n\n", b0.Concurrency)
+	w("- B0: %s.\n", stat(b0))
+	for _, p := range rep.Points {
+		if p.Family != "postgres" || p.Concurrency != b0.Concurrency || (p.Bench != "B1" && p.Bench != "B2") {
+			continue
+		}
+		extra := ""
+		if p.Bench == "B1" {
+			extra = fmt.Sprintf("; %+.1f round trips, %+.2f ms of PostgreSQL CPU over B0", p.Server["round_trips"]-b0.Server["round_trips"],
+				p.Server["cpu_db_ms_per_req"]-b0.Server["cpu_db_ms_per_req"])
+		}
+		w("- %s: %s%s.\n", p.label(), stat(p), extra)
+	}
+	w("\nWith synchronous_commit=on a commit waits for its WAL flush, as with innodb_flush_log_at_trx_commit=1 on MariaDB; concurrent commits share flushes. PostgreSQL backends flush their statistics at most once a second, so WAL syncs per request smear between neighbouring slices: indicative only.\n\n")
+}
