@@ -95,6 +95,9 @@ type attempt struct {
 	lease       Lease        // held while executing
 	outcome     Outcome      // the final outcome, once done
 	from        ReplaySource // where a replay comes from, if not the store
+	// waitUntil ends every wait for another attempt's outcome (in the
+	// shared cache, then in the Store): one InFlightWait from the first.
+	waitUntil time.Time
 }
 
 // serve is the protocol, one step per stage:
@@ -704,24 +707,16 @@ func (a *attempt) respondToDuplicate(rec *Record) {
 	}
 }
 
-// waitForFinal waits up to InFlightWait for a PROCESSING record to become
-// final. It wakes at once when the attempt runs on this instance and polls the
-// store with backoff otherwise.
+// waitForFinal waits, within the attempt's wait (waitContext), for a
+// PROCESSING record to become final. It wakes at once when the attempt runs
+// on this instance and polls the store with backoff otherwise.
 func (a *attempt) waitForFinal(rec *Record) *Record {
-	ctx, cancel := context.WithTimeout(a.ctx, a.m.cfg.InFlightWait)
+	ctx, cancel := a.waitContext()
 	defer cancel()
-	poll := firstPoll
-	for rec.Status == StatusProcessing {
-		timer := time.NewTimer(poll)
-		select {
-		case <-ctx.Done():
-			timer.Stop()
+	for poll := firstPoll; rec.Status == StatusProcessing; {
+		if !a.nextLook(ctx, &poll) {
 			return rec
-		case <-a.m.inflight.wait(a.scope, a.key):
-		case <-timer.C:
-			poll = min(2*poll, maxPoll)
 		}
-		timer.Stop()
 		next, err := a.lookup(ctx)
 		if err != nil {
 			return rec // released or unreadable: answer in-progress, the client retries

@@ -1,6 +1,7 @@
 package idempotency
 
 import (
+	"context"
 	"strconv"
 	"sync"
 	"time"
@@ -13,6 +14,33 @@ const (
 	firstPoll = 10 * time.Millisecond
 	maxPoll   = 250 * time.Millisecond
 )
+
+// waitContext bounds the attempt's waits for another attempt's outcome, in
+// the shared cache and then in the Store, by one InFlightWait in all from
+// the first of them, and by the request.
+func (a *attempt) waitContext() (context.Context, context.CancelFunc) {
+	if a.waitUntil.IsZero() {
+		a.waitUntil = time.Now().Add(a.m.cfg.InFlightWait)
+	}
+	return context.WithDeadline(a.ctx, a.waitUntil)
+}
+
+// nextLook waits for the next look at a key another attempt is executing:
+// at once when that attempt runs on this instance and answers, else after
+// *poll, which it doubles for the next time, up to maxPoll. It reports
+// false when ctx ended first.
+func (a *attempt) nextLook(ctx context.Context, poll *time.Duration) bool {
+	timer := time.NewTimer(*poll)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-a.m.inflight.wait(a.scope, a.key):
+	case <-timer.C:
+		*poll = min(2**poll, maxPoll)
+	}
+	return true
+}
 
 // inflight tracks the keys this instance is executing, so that waiting
 // duplicates wake the moment the original finishes instead of polling.

@@ -84,8 +84,7 @@ func (a *attempt) preFilter() (unmark func(), answered bool) {
 	if sc == nil {
 		return func() {}, false
 	}
-	if rec, ttl := sc.GetReplay(a.ctx, a.scope, a.key); a.replayable(rec) {
-		a.replayShared(rec, ttl)
+	if a.replayFromShared(a.ctx, sc) {
 		return nil, true
 	}
 	m := InFlightMarker{Scope: a.scope, Key: a.key, Fingerprint: a.fingerprint, Owner: a.m.newOwner()}
@@ -116,41 +115,37 @@ func (a *attempt) replayable(rec *Record) bool {
 		rec.Status.Final() && rec.Snapshot != nil
 }
 
-// replayShared answers with a replay found in the shared cache, and keeps it
-// in this instance's cache for the time the shared cache still trusts it.
-func (a *attempt) replayShared(rec *Record, ttl time.Duration) {
+// replayFromShared answers with the shared cache's replay of the key, if
+// it holds one this request may be answered with.
+func (a *attempt) replayFromShared(ctx context.Context, sc SharedCache) bool {
+	rec, ttl := sc.GetReplay(ctx, a.scope, a.key)
+	if !a.replayable(rec) {
+		return false
+	}
 	a.m.cache.put(rec, ttl-cacheMargin(ttl))
 	a.from = ReplayFromShared
 	a.respondToDuplicate(rec)
+	return true
 }
 
-// awaitMarker waits up to InFlightWait, and no longer than the request, for
-// the attempt whose marker (held) holds the key to finish, as waitForFinal
+// awaitMarker waits, within the attempt's wait (waitContext), for the
+// attempt whose marker (held) holds the key to finish, as waitForFinal
 // waits for a PROCESSING record: it wakes at once when that attempt runs on
 // this instance, and otherwise looks again with backoff. Each look reads
-// this instance's cache, then tries to set this attempt's marker m, which
-// succeeds once the marker is gone. Its owner removes it after caching its
-// answer, if it has one, so the shared cache's replay is read then: an
-// answer found is replayed. Otherwise it returns the marker that holds the
-// key when the wait ended, or nil when the marker vanished without an answer
-// (the attempt failed and released the key, its answer could not be cached,
-// or the shared cache went down): then m is set (as MarkInFlight reports
-// it), or the cache cannot tell, and the Store decides.
+// this instance's cache and the shared cache's replay, whoever holds the
+// marker, then tries to set this attempt's marker m, which succeeds once
+// the marker is gone. An answer found is replayed. Otherwise it returns the
+// marker that holds the key when the wait ended, or nil when the marker
+// vanished without an answer: then m is set (as MarkInFlight reports it),
+// or the cache cannot tell, and the Store decides.
 func (a *attempt) awaitMarker(sc SharedCache, m InFlightMarker, held *InFlightMarker) (_ *InFlightMarker, set, answered bool) {
-	ctx, cancel := context.WithTimeout(a.ctx, a.m.cfg.InFlightWait)
+	ctx, cancel := a.waitContext()
 	defer cancel()
 	for poll := firstPoll; held != nil && held.Fingerprint == a.fingerprint; {
-		timer := time.NewTimer(poll)
-		select {
-		case <-ctx.Done():
-			timer.Stop()
+		if !a.nextLook(ctx, &poll) {
 			return held, false, false
-		case <-a.m.inflight.wait(a.scope, a.key):
-		case <-timer.C:
-			poll = min(2*poll, maxPoll)
 		}
-		timer.Stop()
-		if a.replayCached() {
+		if a.replayCached() || a.replayFromShared(ctx, sc) {
 			return nil, false, true
 		}
 		held, set = sc.MarkInFlight(ctx, m, a.m.cfg.Lease)
@@ -158,13 +153,9 @@ func (a *attempt) awaitMarker(sc SharedCache, m InFlightMarker, held *InFlightMa
 	if held != nil {
 		return held, false, false // another request's marker
 	}
-	answered = a.replayCached()
-	if !answered {
-		if rec, ttl := sc.GetReplay(ctx, a.scope, a.key); a.replayable(rec) {
-			a.replayShared(rec, ttl)
-			answered = true
-		}
-	}
+	// The marker's owner removes it after caching its answer, so an answer
+	// it had is there now.
+	answered = a.replayCached() || a.replayFromShared(ctx, sc)
 	if answered && set {
 		sc.UnmarkInFlight(context.WithoutCancel(a.ctx), m)
 	}

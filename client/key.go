@@ -74,7 +74,8 @@ func KeyFor(runID, actionID string) string {
 // later: a new idempotency record lands at the right edge of the store's
 // primary key instead of at a random page of it, which keeps inserts cheap
 // when the table is far larger than the database's memory. The 62 random
-// bits keep keys from different processes apart. A key shows when it was
+// bits keep keys from different processes apart. Keys made within the same
+// 244 ns step sort in random order among themselves. A key shows when it was
 // made; use KeyFor where that must not be seen.
 func NewKey() string { return newKeyAt(time.Now()) }
 

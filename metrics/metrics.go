@@ -194,6 +194,11 @@ func New(reg prometheus.Registerer, opts ...Option) (*Observer, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
+	for _, sc := range o.sharedCaches { // before anything is registered
+		if sc.name == "" || sc.reporter == nil {
+			return nil, errors.New("metrics: WithSharedCache needs a name and a shared cache")
+		}
+	}
 	obs := &Observer{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "requests_total", ConstLabels: o.constLabels,
@@ -311,9 +316,6 @@ func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error)
 // one shared cache: functions of its Health, so that a scrape sees its
 // state as it is, and the shared cache needs no Prometheus of its own.
 func registerSharedCache(reg prometheus.Registerer, sc sharedCache, constLabels prometheus.Labels) error {
-	if sc.name == "" || sc.reporter == nil {
-		return errors.New("metrics: WithSharedCache needs a name and a shared cache")
-	}
 	labels := prometheus.Labels{"cache": sc.name}
 	for k, v := range constLabels {
 		labels[k] = v

@@ -86,10 +86,20 @@ func TestSharedCache_ConstLabelsApplyToo(t *testing.T) {
 	require.Equal(t, 1.0, value(t, reg, "idempotency_shared_cache_up", "cache", "redis", "service", "orders"))
 }
 
-func TestSharedCache_WithoutANameOrACache_NewReturnsError(t *testing.T) {
+func TestSharedCache_WithoutANameOrACache_NewReturnsErrorAndRegistersNothing(t *testing.T) {
 	t.Parallel()
-	_, err := metrics.New(prometheus.NewRegistry(), metrics.WithSharedCache("", newFakeSharedCache()))
-	require.Error(t, err)
-	_, err = metrics.New(prometheus.NewRegistry(), metrics.WithSharedCache("redis", nil))
-	require.Error(t, err)
+	for _, opt := range []metrics.Option{
+		metrics.WithSharedCache("", newFakeSharedCache()),
+		metrics.WithSharedCache("redis", nil),
+	} {
+		reg := prometheus.NewRegistry()
+		_, err := metrics.New(reg, opt)
+		require.Error(t, err)
+		families, err := reg.Gather()
+		require.NoError(t, err)
+		require.Empty(t, families, "a failed New left collectors registered")
+		// So a corrected call on the same registry succeeds.
+		_, err = metrics.New(reg, metrics.WithSharedCache("redis", newFakeSharedCache()))
+		require.NoError(t, err)
+	}
 }

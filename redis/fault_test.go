@@ -274,7 +274,14 @@ func TestFault_RedisKilledAndRestartedUnderLoad_EachInstanceGoesDownAndBackOnce(
 			sampled.Wait()
 			t.Logf("%d requests, %d replays; %+v", requests, replays, f.stats())
 			for i := range f.caches {
-				require.Equal(t, []bool{true, false, true}, ups[i], "cache %d: up, down, up:\n%s", i, f.logs[i])
+				// Up, down, up again: one outage, one change each way. A
+				// loaded machine may stall a call past the timeout right
+				// after the restart, so one more down and up is tolerated;
+				// undamped, a restart gave 16–32 changes.
+				u := ups[i]
+				require.True(t, u[0] && u[len(u)-1], "cache %d: starts and ends up: %v\n%s", i, u, f.logs[i])
+				require.Contains(t, u, false, "cache %d: Redis was never seen down\n%s", i, f.logs[i])
+				require.LessOrEqual(t, len(u), 5, "cache %d flapped: %v\n%s", i, u, f.logs[i])
 			}
 		})
 	}
@@ -303,7 +310,7 @@ func TestFault_SlowRedis_FailsOpenWithinTheTimeout(t *testing.T) {
 		took := time.Since(start)
 		first = max(first, took)
 		require.Nil(t, rec)
-		require.Less(t, took, 5*timeout, "call %d to a hung Redis", i+1)
+		require.Less(t, took, 500*time.Millisecond, "call %d to a hung Redis: not the client's 1 s read timeout", i+1)
 	}
 	require.True(t, cache.Stats().Down)
 
@@ -416,7 +423,7 @@ func TestFault_MarkerSetBeforeRedisWasMarkedDown_IsStillRemoved(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 0)
 	proxy := startProxy(t, redisAddr())
-	cache := b.newCache(t, proxy.addr, Config{Timeout: 20 * time.Millisecond, ProbeInterval: time.Hour, MaxProbeInterval: time.Hour})
+	cache := b.newCache(t, proxy.addr, Config{Timeout: testTimeout, ProbeInterval: time.Hour, MaxProbeInterval: time.Hour})
 	in := b.newInstance(t, cache, idempotency.Config{})
 	release, done := blocked(t, in, "u1", "k1", 5) // its marker is set
 	marker := cache.redisKey("m:", "u1", "k1")

@@ -196,3 +196,82 @@ func TestInFlightWait_DuplicateOnTheSameInstance_IsAnsweredFromItsCacheWithoutTh
 		})
 	}
 }
+
+func TestInFlightWait_ManyDuplicatesOnOtherInstances_AllReplayTheAnswerAndLeaveNoMarker(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0)
+	a := b.newInstance(t, b.newCache(t, redisAddr(), Config{}), idempotency.Config{})
+	type waiter struct {
+		in    *instance
+		cache *Cache
+	}
+	var others []waiter
+	for range 2 {
+		c := b.newCache(t, redisAddr(), Config{})
+		others = append(others, waiter{b.newInstance(t, c, idempotency.Config{InFlightWait: 2 * time.Second}), c})
+	}
+
+	release, firstDone := blocked(t, a, "u1", "k1", 5)
+	const perInstance = 20
+	var dups []<-chan answer
+	for _, o := range others {
+		for range perInstance {
+			dups = append(dups, waiting(t, o.in, o.cache, "u1", "k1", 5))
+		}
+	}
+	release()
+	first := <-firstDone
+	committed := time.Now()
+	require.Equal(t, http.StatusCreated, first.status, first.body)
+	var slowest time.Duration
+	for i, d := range dups {
+		dup := <-d
+		// Each waiter reads the replay on its next look, whoever holds the
+		// marker: none is left to answer in-progress after the commit.
+		require.Equal(t, http.StatusCreated, dup.status, "duplicate %d: %s", i, dup.body)
+		require.True(t, dup.replayed(), "duplicate %d", i)
+		require.Equal(t, first.body, dup.body, "duplicate %d", i)
+		slowest = max(slowest, time.Since(committed))
+	}
+	t.Logf("the last duplicate was answered %v after the commit", slowest)
+	// One look (at most maxPoll, 250 ms, apart) after the commit each,
+	// with room for a loaded machine; waiters that queued behind each
+	// other's markers took seconds.
+	require.Less(t, slowest, 500*time.Millisecond, "the duplicates queued behind each other")
+	for _, o := range others {
+		require.Zero(t, o.in.runs.Load(), "a duplicate executed")
+		require.Zero(t, o.in.store.storeCalls(), "a duplicate went to the database")
+	}
+	n, err := b.admin.Exists(context.Background(), others[0].cache.redisKey("m:", "u1", "k1")).Result()
+	require.NoError(t, err)
+	require.Zero(t, n, "an in-flight marker outlived every attempt")
+	require.Equal(t, 1, b.orders(t, "u1", "k1"))
+}
+
+func TestInFlightWait_MarkerVanishesMidWait_TheStoreWaitsOnlyForTheRestOfInFlightWait(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0)
+	a := b.newInstance(t, b.newCache(t, redisAddr(), Config{}), idempotency.Config{})
+	cacheB := b.newCache(t, redisAddr(), Config{})
+	const wait = 1500 * time.Millisecond
+	other := b.newInstance(t, cacheB, idempotency.Config{InFlightWait: wait})
+
+	release, firstDone := blocked(t, a, "u1", "k1", 5)
+	start := time.Now()
+	dupDone := waiting(t, other, cacheB, "u1", "k1", 5)
+	// The marker vanishes (Redis restarted empty, say) while the original
+	// still runs: the duplicate goes on to the Store, finds the record
+	// PROCESSING, and waits there, but only for what is left of its wait.
+	time.Sleep(wait / 2)
+	require.NoError(t, b.admin.Del(context.Background(), cacheB.redisKey("m:", "u1", "k1")).Err())
+	dup := <-dupDone
+	took := time.Since(start)
+	require.Equal(t, http.StatusConflict, dup.status, dup.body)
+	require.Equal(t, "in-progress", dup.problemType())
+	require.Less(t, took, wait+wait/2, "the waits in Redis and in the Store added up past InFlightWait")
+	require.Zero(t, other.runs.Load(), "the duplicate executed")
+
+	release()
+	require.Equal(t, http.StatusCreated, (<-firstDone).status)
+	require.Equal(t, 1, b.orders(t, "u1", "k1"))
+}

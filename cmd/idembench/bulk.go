@@ -180,7 +180,7 @@ func (r *runner) runB4(ctx context.Context, f *family) error {
 		if err != nil {
 			return err
 		}
-		// Quick mode (under a minute in all) keeps B4 to the default mode
+		// Quick mode (about two minutes in all) keeps B4 to the default mode
 		// and half-length windows.
 		modes, window, slices := r.opts.modes, r.opts.duration, r.opts.slices
 		if r.opts.quick {

@@ -22,7 +22,7 @@
 //
 // Run from the repository root:
 //
-//	cd cmd/idembench && go run . -quick -out ../../docs   # < 60 s, as CI does
+//	cd cmd/idembench && go run . -quick -out ../../docs   # about 2 min, as CI does
 //	cd cmd/idembench && go run . -out ../../docs          # full: 1/16/64, ~10 s a point, B4 to 10M
 //	cd cmd/idembench && go run . -mariadb=false -sqlite=false -b4=false -fiber=false \
 //	    -fleet=false -floor=false -ceiling=false -gobench=false -merge -out ../../docs   # PostgreSQL only, merged
@@ -94,7 +94,7 @@ func parseOptions(args []string) (options, error) {
 	fs.StringVar(&o.redis, "redis", "127.0.0.1:6379", "Redis address for B5 (Fiber) and the fleet family's Redis variants; they are skipped with a note if unreachable")
 	fs.DurationVar(&o.duration, "duration", 0, "measurement window per point (default 10s, -quick 1.5s)")
 	fs.DurationVar(&o.warmup, "warmup", 0, "warm-up per point before the window (default 1s, -quick 0.5s)")
-	fs.BoolVar(&o.quick, "quick", false, "a run under a minute: concurrency 16 only, B2 in the first mode only, fewer B3 repetitions, B4 at 0 and 100k in the first mode with half windows, the fleet in the first mode at 20 % retries")
+	fs.BoolVar(&o.quick, "quick", false, "a run of about two minutes: concurrency 16 only, B2 in the first mode only, fewer B3 repetitions, B4 at 0 and 100k in the first mode with half windows, the fleet in the first mode at 20 % retries")
 	fs.StringVar(&o.out, "out", "docs", "directory for benchmarks.md, benchmarks.json and benchmarks.png")
 	fs.BoolVar(&o.sqlite, "sqlite", true, "include SQLite rows (default on in full mode, off with -quick unless given)")
 	fs.BoolVar(&o.fiber, "fiber", true, "include B5, Fiber v3 + Redis")
