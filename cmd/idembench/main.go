@@ -253,88 +253,50 @@ func run(args []string) int {
 	if opts.ceiling {
 		step("harness ceiling", func() error { return r.runCeiling(ctx) })
 	}
-	if opts.mariadb {
-		step("mariadb", func() error {
-			f, err := openMariaDB(ctx, opts.mysql, "main")
+	// onFamily runs fn over a family opened for it, and closes the family.
+	onFamily := func(name string, open func() (*family, error), fn func(*family) error) {
+		step(name, func() error {
+			f, err := open()
 			if err != nil {
 				return err
 			}
 			defer f.close()
-			if err := r.runMain(ctx, f); err != nil {
-				return err
-			}
-			return r.runB3(ctx, f)
+			return fn(f)
 		})
+	}
+	maria := func(label string) func() (*family, error) {
+		return func() (*family, error) { return openMariaDB(ctx, opts.mysql, label) }
+	}
+	mainAndB3 := func(f *family) error {
+		if err := r.runMain(ctx, f); err != nil {
+			return err
+		}
+		return r.runB3(ctx, f)
+	}
+	if opts.mariadb {
+		onFamily("mariadb", maria("main"), mainAndB3)
 	}
 	if opts.postgres != "" {
 		if err := pingPostgres(ctx, opts.postgres); err != nil {
 			r.note("postgres family skipped: %v", err)
 		} else {
-			step("postgres", func() error {
-				f, err := openPostgres(ctx, opts.postgres, "main")
-				if err != nil {
-					return err
-				}
-				defer f.close()
-				if err := r.runMain(ctx, f); err != nil {
-					return err
-				}
-				return r.runB3(ctx, f)
-			})
+			onFamily("postgres", func() (*family, error) { return openPostgres(ctx, opts.postgres, "main") }, mainAndB3)
 		}
 	}
 	if opts.sqlite {
-		step("sqlite", func() error {
-			f, err := openSQLite(ctx)
-			if err != nil {
-				return err
-			}
-			defer f.close()
-			if err := r.runMain(ctx, f); err != nil {
-				return err
-			}
-			return r.runB3(ctx, f)
-		})
+		onFamily("sqlite", func() (*family, error) { return openSQLite(ctx) }, mainAndB3)
 	}
 	if opts.floor {
-		step("floor", func() error {
-			f, err := openMariaDB(ctx, opts.mysql, "floor")
-			if err != nil {
-				return err
-			}
-			defer f.close()
-			return r.runFloor(ctx, f)
-		})
+		onFamily("floor", maria("floor"), func(f *family) error { return r.runFloor(ctx, f) })
 	}
 	if opts.fleet {
-		step("fleet", func() error {
-			f, err := openMariaDB(ctx, opts.mysql, "fleet")
-			if err != nil {
-				return err
-			}
-			defer f.close()
-			return r.runFleet(ctx, f)
-		})
+		onFamily("fleet", maria("fleet"), func(f *family) error { return r.runFleet(ctx, f) })
 	}
 	if opts.b4 {
-		step("b4", func() error {
-			f, err := openMariaDB(ctx, opts.mysql, "b4")
-			if err != nil {
-				return err
-			}
-			defer f.close()
-			return r.runB4(ctx, f)
-		})
+		onFamily("b4", maria("b4"), func(f *family) error { return r.runB4(ctx, f) })
 	}
 	if opts.fiber {
-		step("fiber", func() error {
-			f, err := openMariaDB(ctx, opts.mysql, "fiber")
-			if err != nil {
-				return err
-			}
-			defer f.close()
-			return r.runFiber(ctx, f)
-		})
+		onFamily("fiber", maria("fiber"), func(f *family) error { return r.runFiber(ctx, f) })
 	}
 	if opts.galeraDSNs != "" {
 		step("galera", func() error { return r.runCluster(ctx) })
