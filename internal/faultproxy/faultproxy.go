@@ -23,15 +23,27 @@
 // PostgreSQL (WithProtocol(PostgreSQL)): the startup-phase messages have no
 // type byte (SSLRequest, GSSENCRequest, CancelRequest, StartupMessage); every
 // later message is a type byte, a big-endian int32 length and the payload. A
-// COMMIT is a simple-query message ('Q') whose text is COMMIT, matched as for
-// MySQL. pgx sends (*sql.Tx).Commit exactly so: its Tx.Commit executes
-// "commit", and pgx sends every statement without arguments by the simple
-// protocol. A COMMIT sent by the extended protocol (Parse/Bind/Execute) is
-// not recognised. TLS and GSSAPI encryption are not supported: once the
-// server accepts an SSLRequest or GSSENCRequest, the proxy passes the
-// connection through unparsed and its faults never fire on it. Test
-// connections must therefore say sslmode=disable: pgx's default, prefer,
-// encrypts whenever the server has TLS on.
+// COMMIT is either of:
+//   - a simple-query message ('Q') whose text is COMMIT, matched as for
+//     MySQL. pgx sends (*sql.Tx).Commit exactly so: its Tx.Commit executes
+//     "commit", and pgx sends every statement without arguments by the
+//     simple protocol.
+//   - by the extended protocol, a Bind ('B') of a prepared statement whose
+//     Parse ('P') on the same connection, in an earlier write or the same
+//     one, had the text COMMIT, together with the Describe, Execute and
+//     Flush messages after it, up to and including the next Sync ('S'). pgx
+//     sends a "commit" queued in a Batch so (SendBatch in its default mode,
+//     which prepares the statement once per connection): the statements
+//     before it in the pipeline reach the server as usual, and only the
+//     COMMIT's messages are held back. The proxy follows which statements
+//     are COMMIT from the Parse and Close messages it forwards (see
+//     pgFramer).
+//
+// TLS and GSSAPI encryption are not supported: once the server accepts an
+// SSLRequest or GSSENCRequest, the proxy passes the connection through
+// unparsed and its faults never fire on it. Test connections must therefore
+// say sslmode=disable: pgx's default, prefer, encrypts whenever the server
+// has TLS on.
 //
 // Beside the armed COMMIT faults, the proxy has a reset mode (reset.go):
 // while it is on, every open connection is reset on both sides at random
@@ -143,7 +155,7 @@ type framer interface {
 	feed(b []byte) (out, commit []byte)
 
 	// statement returns the statement text of a COMMIT message that feed
-	// returned.
+	// returned, before feed is called again.
 	statement(commit []byte) string
 }
 

@@ -2,9 +2,12 @@ package faultproxy_test
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"io"
 	"net"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -53,6 +56,42 @@ func pgMessage(typ byte, payload []byte) []byte {
 
 // pgQuery is a simple-query message.
 func pgQuery(q string) []byte { return pgMessage('Q', append([]byte(q), 0)) }
+
+// The extended protocol's messages, as pgx sends them.
+
+// pgParse prepares query as statement name, with no parameter types.
+func pgParse(name, query string) []byte {
+	payload := append(append([]byte(name), 0), query...)
+	return pgMessage('P', append(payload, 0, 0, 0))
+}
+
+// pgDescribeStatement asks for a statement's parameters and columns.
+func pgDescribeStatement(name string) []byte { return pgMessage('D', append([]byte("S"+name), 0)) }
+
+// pgBind binds statement name to the unnamed portal with params in text
+// format.
+func pgBind(name string, params ...string) []byte {
+	payload := append([]byte("\x00"+name+"\x00"), 0, 0) // portal "", statement, no format codes
+	payload = binary.BigEndian.AppendUint16(payload, uint16(len(params)))
+	for _, p := range params {
+		payload = append(binary.BigEndian.AppendUint32(payload, uint32(len(p))), p...)
+	}
+	return pgMessage('B', append(payload, 0, 0)) // no result format codes
+}
+
+var (
+	pgDescribePortal = pgMessage('D', []byte("P\x00"))                // the unnamed portal's columns
+	pgExecute        = pgMessage('E', []byte("\x00\x00\x00\x00\x00")) // the unnamed portal, all rows
+	pgSync           = pgMessage('S', nil)
+)
+
+// pgxStatementName is the name under which pgx's statement cache prepares
+// sql: 58 bytes, which makes its Parse and Bind longer than a simple-query
+// COMMIT.
+func pgxStatementName(sql string) string {
+	digest := sha256.Sum256([]byte(sql))
+	return "stmtcache_" + hex.EncodeToString(digest[:24])
+}
 
 // pgReady is what the fake server answers to every message after the
 // startup: ReadyForQuery, idle.
@@ -156,6 +195,20 @@ func (s *fakePostgres) receivesNothing(t *testing.T) {
 	case m := <-s.received:
 		t.Fatalf("the server received %c %q", m.typ, m.payload)
 	case <-time.After(200 * time.Millisecond):
+	}
+}
+
+// receivedSoFar returns the messages the server received that next has not
+// returned. Once a connection has ended, they include all it received.
+func (s *fakePostgres) receivedSoFar() []pgReceived {
+	var got []pgReceived
+	for {
+		select {
+		case m := <-s.received:
+			got = append(got, m)
+		default:
+			return got
+		}
 	}
 }
 
@@ -294,6 +347,131 @@ func TestFaultProxy_Postgres_RequestLost_DropsTheCommitAndWhatFollowsAndCutsBoth
 	require.Equal(t, "COMMIT", f.Query)
 }
 
+// pgxBatch is the postgres store's last write as pgx sends it with
+// SendBatch{INSERT, "commit"} in its default mode: prepare, the pipeline
+// that prepares both statements, once per connection; then, in one write,
+// each statement's Bind, Describe and Execute, and one Sync.
+type pgxBatch struct {
+	insert, commit string // statement names
+	prepare        [][]byte
+	insertPart     [][]byte
+	commitPart     [][]byte
+}
+
+func newPgxBatch(insertSQL string, id int) pgxBatch {
+	b := pgxBatch{insert: pgxStatementName(insertSQL), commit: pgxStatementName("commit")}
+	b.prepare = [][]byte{
+		pgParse(b.insert, insertSQL), pgDescribeStatement(b.insert),
+		pgParse(b.commit, "commit"), pgDescribeStatement(b.commit),
+		pgSync,
+	}
+	b.insertPart = [][]byte{pgBind(b.insert, strconv.Itoa(id)), pgDescribePortal, pgExecute}
+	b.commitPart = [][]byte{pgBind(b.commit), pgDescribePortal, pgExecute, pgSync}
+	return b
+}
+
+// batch is the write that sends the INSERT and the COMMIT.
+func (b pgxBatch) batch() []byte { return bytes.Join(append(b.insertPart, b.commitPart...), nil) }
+
+// prepared sends the batch's prepare pipeline and waits for the answers.
+func (b pgxBatch) prepared(t *testing.T, srv *fakePostgres, c net.Conn) {
+	t.Helper()
+	writeSplit(t, c, bytes.Join(b.prepare, nil), 16)
+	for _, m := range b.prepare {
+		require.Equal(t, pgReceived{m[0], m[5:]}, srv.next(t))
+		readN(t, c, pgReady)
+	}
+}
+
+// readsAtMostAnswersTo asserts that the client's connection is cut after
+// it received at most the fake server's answers to n messages.
+func readsAtMostAnswersTo(t *testing.T, c net.Conn, n int) {
+	t.Helper()
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	rest, err := io.ReadAll(c)
+	require.True(t, err == nil || !isTimeout(err), "the connection stayed open: %v", err)
+	require.LessOrEqual(t, len(rest), n*len(pgReady), "got %q", rest)
+	require.Equal(t, bytes.Repeat(pgReady, len(rest)/len(pgReady)), rest)
+}
+
+func TestFaultProxy_Postgres_RequestLost_PipelinedCommit_TheInsertBeforeItReachesTheServerTheCommitNever(t *testing.T) {
+	t.Parallel()
+	srv := newFakePostgres(t)
+	p := startPostgresProxy(t, srv.addr())
+	c := connect(t, srv, p, false)
+	b := newPgxBatch("INSERT INTO t VALUES ($1)", 1)
+	b.prepared(t, srv, c) // a Parse of COMMIT is no COMMIT
+
+	p.Arm(faultproxy.RequestLost)
+	_, err := c.Write(b.batch())
+	require.NoError(t, err)
+
+	// The fake server stops reading when it cannot answer, which may be
+	// before the last of the INSERT's messages: it gets a part of them, and
+	// nothing of the COMMIT.
+	srv.connectionEnds(t)
+	got := srv.receivedSoFar()
+	require.NotEmpty(t, got)
+	require.LessOrEqual(t, len(got), len(b.insertPart))
+	for i, m := range got {
+		require.Equal(t, pgReceived{b.insertPart[i][0], b.insertPart[i][5:]}, m, "the INSERT's messages go through")
+	}
+	readsAtMostAnswersTo(t, c, len(b.insertPart))
+	f := fired(t, p)
+	require.Equal(t, faultproxy.RequestLost, f.Fault)
+	require.Equal(t, "commit", f.Query, "the COMMIT statement's text")
+}
+
+func TestFaultProxy_Postgres_ReplyLost_PipelinedCommit_ForwardsItThroughTheSyncThenCutsBothSides(t *testing.T) {
+	t.Parallel()
+	srv := newFakePostgres(t)
+	const delay = 150 * time.Millisecond
+	p := startPostgresProxy(t, srv.addr(), faultproxy.WithReplyDelay(delay))
+	c := connect(t, srv, p, true)
+	b := newPgxBatch("INSERT INTO t VALUES ($1)", 1)
+	b.prepared(t, srv, c)
+
+	p.Arm(faultproxy.ReplyLost)
+	start := time.Now()
+	writeSplit(t, c, b.batch(), 9) // the COMMIT is held across reads until its Sync
+
+	for _, m := range append(b.insertPart, b.commitPart...) {
+		require.Equal(t, pgReceived{m[0], m[5:]}, srv.next(t), "the server got the INSERT and the COMMIT")
+	}
+	readsAtMostAnswersTo(t, c, len(b.insertPart)) // never an answer to the COMMIT
+	require.GreaterOrEqual(t, time.Since(start), delay, "the server had time to commit")
+	srv.connectionEnds(t)
+	f := fired(t, p)
+	require.Equal(t, faultproxy.ReplyLost, f.Fault)
+	require.Equal(t, "commit", f.Query)
+}
+
+func TestFaultProxy_Postgres_Armed_DoesNotFireOnAPipelineWithoutACommitStatement(t *testing.T) {
+	t.Parallel()
+	srv := newFakePostgres(t)
+	p := startPostgresProxy(t, srv.addr())
+	c := connect(t, srv, p, false)
+	b := newPgxBatch("INSERT INTO t VALUES ($1)", 1)
+	b.prepared(t, srv, c)
+	p.Arm(faultproxy.RequestLost)
+
+	// The COMMIT statement closed (as pgx deallocates a statement it evicts
+	// from its cache), then the name bound as another statement would be;
+	// and the INSERT alone, with its Sync.
+	closeCommit := pgMessage('C', append([]byte("S"+b.commit), 0))
+	messages := [][]byte{closeCommit, pgSync, pgParse(b.commit, "SELECT 1"), pgSync}
+	messages = append(messages, b.commitPart...)
+	messages = append(messages, b.insertPart...)
+	messages = append(messages, pgSync)
+	writeSplit(t, c, bytes.Join(messages, nil), 16)
+	for _, m := range messages {
+		require.Equal(t, pgReceived{m[0], m[5:]}, srv.next(t))
+		readN(t, c, pgReady)
+	}
+	require.Equal(t, faultproxy.RequestLost, p.Armed(), "nothing fired")
+	require.Len(t, p.Fired(), 0)
+}
+
 func TestFaultProxy_Postgres_Armed_FiresOnlyOnASimpleQueryCommitAndOnlyOnce(t *testing.T) {
 	t.Parallel()
 	srv := newFakePostgres(t)
@@ -425,8 +603,10 @@ func TestFaultProxy_Postgres_EncryptedOrMalformedStream_PassesThroughUnparsedAnd
 			p.Arm(faultproxy.RequestLost)
 			c := dial(t, p)
 
-			// What follows would be a COMMIT in the plain protocol.
-			stream := append(append(append([]byte(nil), start...), pgStartup("user", "postgres")...), pgQuery("COMMIT")...)
+			// What follows would be two COMMITs in the plain protocol: a
+			// simple query and a Bind of a statement prepared as COMMIT.
+			stream := bytes.Join([][]byte{start, pgStartup("user", "postgres"), pgQuery("COMMIT"),
+				pgParse("c", "commit"), pgSync, pgBind("c"), pgExecute, pgSync}, nil)
 			writeSplit(t, c, stream, 7)
 			srv.receives(t, stream)
 			require.Equal(t, faultproxy.RequestLost, p.Armed(), "nothing fired")
