@@ -167,26 +167,36 @@ func (a *attempt) commitSinglePhase(ctx context.Context, res *handlerResult, may
 	err := a.m.store.InsertFinal(ctx, res.tx, a.claimFor(), StatusDone, snap)
 	if err != nil {
 		_ = res.tx.Rollback()
-		switch {
-		case errors.Is(err, ErrKeyClaimed):
-			if a.answerWinner(ctx, true) {
-				return false
-			}
-		case IsTransient(err):
-			// A deadlock or a cluster's certification conflict with a
-			// concurrent duplicate: if it won, its record is the answer.
-			return a.afterRollback(ctx, err, mayRunAgain)
-		}
-		a.note(Event{Outcome: OutcomeStoreError, Err: err})
-		a.answerReleased(err)
-		return false
+		return a.insertFailed(ctx, err, mayRunAgain)
 	}
 	if err := res.tx.Commit(); err != nil {
+		if errors.Is(err, ErrKeyClaimed) { // the store sent the INSERT with the COMMIT
+			return a.insertFailed(ctx, err, mayRunAgain)
+		}
 		return a.resolveSinglePhaseCommit(ctx, res, snap, err, mayRunAgain)
 	}
 	a.m.cacheOwn(a.scope, a.key, a.fingerprint, StatusDone, snap, started)
 	writeResponse(a.w, snap.StatusCode, res.header, snap.Body)
 	a.done(Event{Outcome: OutcomeCommitted, Status: snap.StatusCode})
+	return false
+}
+
+// insertFailed answers a record INSERT that the database refused, the
+// business transaction rolled back: a taken key is answered by its record,
+// a conflict with a concurrent duplicate by afterRollback.
+func (a *attempt) insertFailed(ctx context.Context, err error, mayRunAgain bool) (again bool) {
+	switch {
+	case errors.Is(err, ErrKeyClaimed):
+		if a.answerWinner(ctx, true) {
+			return false
+		}
+	case IsTransient(err):
+		// A deadlock or a cluster's certification conflict with a
+		// concurrent duplicate: if it won, its record is the answer.
+		return a.afterRollback(ctx, err, mayRunAgain)
+	}
+	a.note(Event{Outcome: OutcomeStoreError, Err: err})
+	a.answerReleased(err)
 	return false
 }
 

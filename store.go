@@ -117,7 +117,10 @@ type Store interface {
 	// single-phase mode's only write, inside the business transaction tx (or
 	// in autocommit when tx is nil, for a rejection). If any record holds
 	// the key it returns ErrKeyClaimed, even one past its retention: such a
-	// key is renewed through Claim and TakeOver, which are fenced.
+	// key is renewed through Claim and TakeOver, which are fenced. A store
+	// may send the insert with tx's COMMIT instead (package postgres does,
+	// on a database from its OpenDB): then tx.Commit reports a taken key as
+	// an error matching ErrKeyClaimed, having committed nothing.
 	InsertFinal(ctx context.Context, tx *sql.Tx, c Claim, st Status, snap *Snapshot) error
 
 	// ExpiredLeases returns up to limit PROCESSING records whose lease has

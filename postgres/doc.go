@@ -23,6 +23,13 @@
 // unique violation would be a server ERROR in the log. Fenced statements
 // read PostgreSQL's exact row counts.
 //
+// The one exception is single-phase's record on a pool from Open or OpenDB:
+// there the INSERT is the business transaction's last statement and travels
+// with the COMMIT in one pipeline, without ON CONFLICT, so that a taken key
+// aborts the transaction and the COMMIT commits nothing (see OpenDB). A
+// *sql.DB opened with pgx's own stdlib.OpenDB works too, one round trip
+// more per new key.
+//
 // # Isolation
 //
 // Run the pool at the server default, READ COMMITTED: the store's statements

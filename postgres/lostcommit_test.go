@@ -29,7 +29,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/stretchr/testify/require"
 
 	"github.com/orderguard/idempotency"
@@ -80,7 +79,7 @@ func proxiedPool(t *testing.T, dsn string) (*faultproxy.Proxy, *sql.DB, string) 
 	require.NoError(t, err)
 	appName := "faultproxy-" + port
 	cfg.RuntimeParams["application_name"] = appName
-	app := stdlib.OpenDB(*cfg)
+	app := pgtest.OpenDB(*cfg)
 	app.SetMaxOpenConns(24)
 	app.SetMaxIdleConns(24)
 	t.Cleanup(func() { app.Close() })

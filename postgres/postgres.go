@@ -11,7 +11,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/orderguard/idempotency"
 	"github.com/orderguard/idempotency/migrations"
@@ -104,14 +103,7 @@ WHERE scope = $2 AND idempotency_key = $3 AND locked_by = $4 AND lease_version =
 FROM idempotency_record
 WHERE status = 'PROCESSING' AND locked_until <= (SELECT clock_timestamp())
 ORDER BY locked_until LIMIT $1`,
-	InsertFinal: `INSERT INTO idempotency_record
-  (scope, idempotency_key, request_fingerprint, status, locked_by, lease_version,
-   locked_until, response_status, response_headers, response_body,
-   created_at, updated_at, expires_at)
-SELECT $1, $2, $3, $4, $5, 1, NULL, $6::smallint, $7::jsonb, $8::bytea,
-  clock.now, clock.now, clock.now + $9::bigint * interval '1 microsecond'
-FROM (SELECT clock_timestamp() AS now) AS clock
-ON CONFLICT (scope, idempotency_key) DO NOTHING`,
+	InsertFinal: insertFinalWithCommit + "\nON CONFLICT (scope, idempotency_key) DO NOTHING",
 	// PostgreSQL has no DELETE … LIMIT: a subquery picks the batch along
 	// the (status, expires_at) index. SKIP LOCKED passes over a record a
 	// takeover is renewing (and lets several purgers share the work); FOR
@@ -151,6 +143,18 @@ WHERE (scope, idempotency_key) IN (
 	},
 }
 
+// insertFinalWithCommit is InsertFinal without its ON CONFLICT clause: the
+// statement OpenDB's connections send with the COMMIT, where a taken key
+// must abort the transaction rather than insert nothing. The driver
+// recognises it by this exact text.
+const insertFinalWithCommit = `INSERT INTO idempotency_record
+  (scope, idempotency_key, request_fingerprint, status, locked_by, lease_version,
+   locked_until, response_status, response_headers, response_body,
+   created_at, updated_at, expires_at)
+SELECT $1, $2, $3, $4, $5, 1, NULL, $6::smallint, $7::jsonb, $8::bytea,
+  clock.now, clock.now, clock.now + $9::bigint * interval '1 microsecond'
+FROM (SELECT clock_timestamp() AS now) AS clock`
+
 func sqlStateIs(err error, code string) bool {
 	var pe *pgconn.PgError
 	return errors.As(err, &pe) && pe.Code == code
@@ -159,7 +163,11 @@ func sqlStateIs(err error, code string) bool {
 // NewStore returns the Store over a database opened with Open (or any
 // *sql.DB on the pgx stdlib driver) and migrated with Migrate.
 func NewStore(db *sql.DB) *idempotency.SQLStore {
-	return idempotency.NewSQLStore(db, Dialect)
+	d := Dialect
+	if sendsFinalWithCommit(db) {
+		d.InsertFinalInTx = insertFinalWithCommit
+	}
+	return idempotency.NewSQLStore(db, d)
 }
 
 // Migrate applies the PostgreSQL schema (idempotency_record and the
@@ -182,7 +190,7 @@ const openTimeout = 10 * time.Second
 const MaxConns = 40
 
 // Open opens a pool of PostgreSQL connections through pgx's database/sql
-// driver. dsn is a pgx connection string, a URL
+// driver, as OpenDB does (single-phase's record rides with the COMMIT). dsn is a pgx connection string, a URL
 // (postgres://user@host:5432/db?sslmode=disable) or key=value pairs; runtime
 // parameters such as search_path or default_transaction_isolation may be
 // given in it. The pool holds up to MaxConns connections and keeps them
@@ -199,7 +207,7 @@ func Open(dsn string) (*sql.DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("postgres: open: %w", err)
 	}
-	db := stdlib.OpenDB(*cfg)
+	db := OpenDB(*cfg)
 	db.SetMaxOpenConns(MaxConns)
 	db.SetMaxIdleConns(MaxConns)
 	db.SetConnMaxLifetime(30 * time.Minute)

@@ -54,3 +54,10 @@ elif [[ "${CI:-}" == "true" ]]; then
   echo "test.sh: the server has no innodb_snapshot_isolation; CI needs MariaDB 10.6.18+" >&2
   exit 1
 fi
+
+# The PostgreSQL store's suites again over pgx's own database/sql driver, as
+# for a service that opened its *sql.DB itself: pgtest's pools come from
+# postgres.OpenDB otherwise, whose connections send single-phase's record
+# with the COMMIT. Races were checked in the pass above.
+echo "test.sh: PostgreSQL suites over pgx's stdlib driver"
+IDEMPOTENCY_TEST_POSTGRES_DRIVER=stdlib go test -count=1 -timeout 20m github.com/orderguard/idempotency/postgres/...

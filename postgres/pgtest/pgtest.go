@@ -7,6 +7,12 @@
 // When it is unreachable the test is skipped with a message, unless CI=true
 // or IDEMPOTENCY_REQUIRE_POSTGRES=1, in which case it fails: CI must never
 // pass by skipping.
+//
+// Pools come from postgres.OpenDB, as postgres.Open makes them, whose
+// connections send single-phase's record INSERT with the COMMIT. With
+// IDEMPOTENCY_TEST_POSTGRES_DRIVER=stdlib they come from pgx's own
+// stdlib.OpenDB instead, as for a service that opened its *sql.DB itself;
+// the test command runs the module's suites once each way.
 package pgtest
 
 import (
@@ -22,6 +28,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/orderguard/idempotency/postgres"
 )
 
 // DefaultDSN is used when IDEMPOTENCY_TEST_POSTGRES_DSN is unset.
@@ -85,12 +93,25 @@ func Postgres(t testing.TB, params ...map[string]string) (*sql.DB, string) {
 	if err != nil {
 		t.Fatalf("pgtest: %v", err)
 	}
-	db := stdlib.OpenDB(*cfg)
+	db := OpenDB(*cfg)
 	db.SetMaxOpenConns(80)
 	db.SetMaxIdleConns(80)
 	t.Cleanup(func() { db.Close() })
 	return db, dsn
 }
+
+// OpenDB opens a pool on cfg with postgres.OpenDB, or with pgx's
+// stdlib.OpenDB when IDEMPOTENCY_TEST_POSTGRES_DRIVER=stdlib.
+func OpenDB(cfg pgx.ConnConfig) *sql.DB {
+	if PlainDriver() {
+		return stdlib.OpenDB(cfg)
+	}
+	return postgres.OpenDB(cfg)
+}
+
+// PlainDriver reports whether IDEMPOTENCY_TEST_POSTGRES_DRIVER=stdlib asks
+// for pgx's own driver.
+func PlainDriver() bool { return os.Getenv("IDEMPOTENCY_TEST_POSTGRES_DRIVER") == "stdlib" }
 
 // WithParams returns the URL dsn with the given query parameters set (pgx
 // passes those it does not know on as runtime parameters).
