@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -79,7 +80,8 @@ func openPostgres(ctx context.Context, url, label string) (*family, error) {
 	dbCfg := cfg.Copy()
 	dbCfg.Database = name
 	counts := &sqlCounts{}
-	db := sql.OpenDB(countingConnector{Connector: stdlib.GetConnector(*dbCfg), n: counts})
+	dbCfg.Tracer = &pgxCounter{n: counts}
+	db := postgres.OpenDB(*dbCfg)
 	db.SetMaxOpenConns(postgres.MaxConns)
 	db.SetMaxIdleConns(postgres.MaxConns)
 	db.SetConnMaxLifetime(30 * time.Minute)
@@ -93,6 +95,53 @@ func openPostgres(ctx context.Context, url, label string) (*family, error) {
 	f.client = newClient(64)
 	f.probe = postgresProbe(admin, name, counts)
 	return f, nil
+}
+
+// pgxCounter counts what pgx sends as sqlCounts does for MySQL: each
+// statement one round trip (prepared statements are cached per
+// connection), and a batch one, counted as the COMMIT when it carries one
+// (postgres.OpenDB sends single-phase's record with the COMMIT).
+type pgxCounter struct{ n *sqlCounts }
+
+func (c *pgxCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	c.counter(d.SQL).Add(1)
+	return ctx
+}
+
+func (c *pgxCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// counter is where a statement counts: begins, commits or rollbacks by its
+// first word, else stmts.
+func (c *pgxCounter) counter(sql string) *atomic.Int64 {
+	word, _, _ := strings.Cut(strings.TrimSpace(sql), " ")
+	switch strings.ToLower(word) {
+	case "begin":
+		return &c.n.begins
+	case "commit":
+		return &c.n.commits
+	case "rollback":
+		return &c.n.rollbacks
+	}
+	return &c.n.stmts
+}
+
+// batchTrip is a batch's one round trip, filed under its last statement.
+type batchTrip struct{ last string }
+
+func (c *pgxCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return context.WithValue(ctx, batchTrip{}, &batchTrip{})
+}
+
+func (c *pgxCounter) TraceBatchQuery(ctx context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
+	if b, ok := ctx.Value(batchTrip{}).(*batchTrip); ok {
+		b.last = d.SQL
+	}
+}
+
+func (c *pgxCounter) TraceBatchEnd(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchEndData) {
+	if b, ok := ctx.Value(batchTrip{}).(*batchTrip); ok {
+		c.counter(b.last).Add(1)
+	}
 }
 
 // postgresProbe is mariaProbe for PostgreSQL: this process's round trips,
