@@ -65,8 +65,8 @@ func (d pipelinedDriver) Open(name string) (driver.Conn, error) {
 // database/sql uses a connection from one goroutine at a time.
 type conn struct {
 	*stdlib.Conn
-	tx    *pipelinedTx // the open transaction, if it began here
-	final *queued      // the INSERT held back for the COMMIT
+	inTx  bool    // a transaction began here and is open
+	final *queued // the INSERT held back for the COMMIT
 }
 
 type queued struct {
@@ -81,8 +81,8 @@ func (c *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, e
 	if err != nil {
 		return nil, err
 	}
-	c.tx, c.final = &pipelinedTx{Tx: inner, c: c, ctx: ctx}, nil
-	return c.tx, nil
+	c.inTx, c.final = true, nil
+	return &pipelinedTx{Tx: inner, c: c, ctx: ctx}, nil
 }
 
 // ExecContext holds back the record's INSERT inside a transaction and
@@ -90,7 +90,7 @@ func (c *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, e
 // Any other statement first sends an INSERT held back, so that statements
 // run in the order they were given.
 func (c *conn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
-	if query == insertFinalWithCommit && c.tx != nil && c.final == nil {
+	if query == insertFinalWithCommit && c.inTx && c.final == nil {
 		c.final = &queued{query: query, args: values(args)}
 		return driver.RowsAffected(1), nil
 	}
@@ -140,7 +140,7 @@ type pipelinedTx struct {
 }
 
 func (t *pipelinedTx) Rollback() error {
-	t.c.tx, t.c.final = nil, nil
+	t.c.inTx, t.c.final = false, nil
 	return t.Tx.Rollback()
 }
 
@@ -149,7 +149,7 @@ func (t *pipelinedTx) Rollback() error {
 // transaction aborted and the COMMIT unrun, and it is rolled back.
 func (t *pipelinedTx) Commit() error {
 	q := t.c.final
-	t.c.tx, t.c.final = nil, nil
+	t.c.inTx, t.c.final = false, nil
 	if q == nil {
 		return t.Tx.Commit()
 	}
