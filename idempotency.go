@@ -92,6 +92,7 @@ type attempt struct {
 	keyHash     string
 	fingerprint string
 	body        []byte
+	bodyReader  bodyReader   // r.Body from step 3 on (rewindBody)
 	lease       Lease        // held while executing
 	outcome     Outcome      // the final outcome, once done
 	from        ReplaySource // where a replay comes from, if not the store
@@ -214,7 +215,7 @@ func (a *attempt) readFingerprint() error {
 		return fmt.Errorf("%w: %d bytes, limit %d", ErrBodyTooLarge, a.r.ContentLength, limit)
 	}
 	if a.r.Body != nil && a.r.Body != http.NoBody {
-		body, err := io.ReadAll(io.LimitReader(a.r.Body, limit+1))
+		body, err := readBody(a.r.Body, a.r.ContentLength, limit)
 		if err != nil {
 			var maxErr *http.MaxBytesError
 			if errors.As(err, &maxErr) {
@@ -242,11 +243,41 @@ func (a *attempt) readFingerprint() error {
 	return nil
 }
 
+// readBody reads at most limit+1 bytes of body. A declared length sizes the
+// buffer, so a body is read into one allocation of its own size.
+func readBody(body io.Reader, declared, limit int64) ([]byte, error) {
+	size := int64(512)
+	if declared >= 0 && declared <= limit {
+		size = declared + 1 // +1: room to see the end without growing
+	}
+	buf := make([]byte, 0, size)
+	r := io.LimitedReader{R: body, N: limit + 1}
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return buf, err
+		}
+	}
+}
+
 // rewindBody gives the request the body that was read, from its start, for
 // the fingerprint and for each run of the handler.
 func (a *attempt) rewindBody() {
-	a.r.Body = io.NopCloser(bytes.NewReader(a.body))
+	a.bodyReader.Reset(a.body)
+	a.r.Body = &a.bodyReader
 }
+
+// bodyReader is the body the handler reads: the bytes read in step 3.
+type bodyReader struct{ bytes.Reader }
+
+func (*bodyReader) Close() error { return nil }
 
 // maxClaimRounds bounds how often a request re-reads a key whose record
 // vanishes (released or purged) or changes under it before it gives up.
@@ -839,11 +870,9 @@ func (m *Middleware) newOwner() string {
 // and traces instead of the raw key, which may be sensitive: the first 16 hex
 // digits of SHA-256 over both, length-prefixed.
 func KeyHash(scope, key string) string {
-	h := sha256.New()
-	var n [8]byte
-	binary.BigEndian.PutUint64(n[:], uint64(len(scope)))
-	h.Write(n[:])
-	h.Write([]byte(scope))
-	h.Write([]byte(key))
-	return hex.EncodeToString(h.Sum(nil)[:8])
+	var stack [8 + 2*255]byte // every request's key and scope fit: no allocation
+	in := binary.BigEndian.AppendUint64(stack[:0], uint64(len(scope)))
+	in = append(append(in, scope...), key...)
+	sum := sha256.Sum256(in)
+	return hex.EncodeToString(sum[:8])
 }
