@@ -120,7 +120,7 @@ func parseOptions(args []string) (options, error) {
 	fs.StringVar(&o.galeraDSNs, "galera-dsns", "", "comma-separated DSNs of a Galera cluster's nodes (scripts/galera.sh dsns): runs the cluster family on nodes 1 and 2; skipped when empty, also with -quick")
 	fs.IntVar(&o.clusterConc, "cluster-concurrency", 16, "concurrency of the cluster family's points")
 	fs.IntVar(&o.lookupN, "cluster-lookups", 2000, "sequential Lookups per store in the cluster family's sync-wait micro-measure")
-	fs.StringVar(&o.fromJSON, "from-json", "", "measure nothing: re-render benchmarks.md and benchmarks.png in -out from this benchmarks.json")
+	fs.StringVar(&o.fromJSON, "from-json", "", "measure nothing: re-render benchmarks.md and benchmarks.png in -out from this benchmarks.json; with -merge, merge that run (written by an earlier run's -out) into -out's report, as if it had run with -merge")
 	fs.Float64Var(&o.maxErrorRate, "max-error-rate", 0.01, "share of failed answers above which a point fails the run")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -214,7 +214,7 @@ func run(args []string) int {
 		return 2
 	}
 	if opts.fromJSON != "" {
-		return rerender(opts.fromJSON, opts.out)
+		return rerender(opts.fromJSON, opts.out, opts.merge)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
@@ -362,7 +362,7 @@ func (o options) summary() map[string]any {
 func itoa(n int) string { return strconv.Itoa(n) }
 
 // rerender writes the report of an earlier run again, from its JSON.
-func rerender(path, out string) int {
+func rerender(path, out string, merge bool) int {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "idembench:", err)
@@ -372,6 +372,16 @@ func rerender(path, out string) int {
 	if err := json.Unmarshal(b, &rep); err != nil {
 		fmt.Fprintln(os.Stderr, "idembench:", path+":", err)
 		return 1
+	}
+	if merge {
+		if len(rep.Sources) > 0 {
+			fmt.Fprintln(os.Stderr, "idembench: -from-json -merge:", path, "is a merged report; merge the runs it was made of")
+			return 2
+		}
+		if err := rep.mergeInto(out); err != nil {
+			fmt.Fprintln(os.Stderr, "idembench: -merge:", err)
+			return 1
+		}
 	}
 	if err := rep.write(out); err != nil {
 		fmt.Fprintln(os.Stderr, "idembench:", err)

@@ -204,3 +204,41 @@ func TestPartOf(t *testing.T) {
 		}
 	}
 }
+
+// A run written to a directory of its own merges later, measuring nothing:
+// -from-json its benchmarks.json -merge -out the report.
+func TestMerge_FromJSON_MergesASavedRun(t *testing.T) {
+	t.Parallel()
+	b := setupMerge(t, "")
+	saved := filepath.Join(t.TempDir(), "benchmarks.json")
+	js, err := json.Marshal(postgresRun())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(saved, js, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code := run([]string{"-from-json", saved, "-merge", "-out", b.dir}); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	var merged Report
+	js, err = os.ReadFile(filepath.Join(b.dir, "benchmarks.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(js, &merged); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"mariadb B0", "mariadb B1 single-phase", "postgres B0", "postgres B1 single-phase", "mariadb B4:B1 claim-first"}
+	if got := families(merged.Points); !slices.Equal(got, want) {
+		t.Fatalf("points %q, want %q", got, want)
+	}
+	if len(merged.Sources) != 2 {
+		t.Fatalf("sources %+v, want the old run and the saved one", merged.Sources)
+	}
+
+	// A merged report is not one run: merging it again would nest sources.
+	if code := run([]string{"-from-json", filepath.Join(b.dir, "benchmarks.json"), "-merge", "-out", t.TempDir()}); code != 2 {
+		t.Fatalf("merging a merged report: exit %d, want 2", code)
+	}
+}
