@@ -46,7 +46,11 @@ func serveStdio(ctx context.Context, srv *mcp.Server, t mcp.Transport) error {
 // (the GET of the standalone SSE stream) that http.Server.Shutdown would
 // otherwise wait for until grace ran out; closing a session earlier would
 // drop the answers of its calls, since the SDK writes nothing on a closing
-// connection. grace should cover one call (the retry budget plus one
+// connection. Last, the connections no request has arrived on are closed:
+// an HTTP client dials ahead when its connections are busy and may keep
+// the spare one unused, and http.Server.Shutdown would wait 5s for it,
+// though any request on it would now find its session closed. grace should
+// cover one call (the retry budget plus one
 // attempt). Past it the remaining connections are cut and serveHTTP returns
 // an error; a cut-off call is still safe to repeat with the same key.
 func serveHTTP(ctx context.Context, ln net.Listener, srv *mcp.Server, grace time.Duration) error {
@@ -60,7 +64,8 @@ func serveHTTP(ctx context.Context, ln net.Listener, srv *mcp.Server, grace time
 		}
 		sessions.ServeHTTP(w, r)
 	}))
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	var unused unusedConns
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ConnState: unused.track}
 	// drain bounds the wait for POSTs; it ends with serveHTTP, at the
 	// latest when grace has run out.
 	drain, stopDrain := context.WithCancel(context.Background())
@@ -76,6 +81,7 @@ func serveHTTP(ctx context.Context, ln net.Listener, srv *mcp.Server, grace time
 		for ss := range srv.Sessions() {
 			_ = ss.Close()
 		}
+		unused.close()
 	})
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
@@ -100,6 +106,36 @@ func serveHTTP(ctx context.Context, ln net.Listener, srv *mcp.Server, grace time
 		return fmt.Errorf("shutdown: calls still running after %s were cut off: %w", grace, err)
 	}
 	return nil
+}
+
+// unusedConns holds the server's connections that are still in
+// http.StateNew: accepted, with no request read from them yet.
+type unusedConns struct {
+	mu    sync.Mutex
+	conns map[net.Conn]struct{}
+}
+
+// track is the server's ConnState hook.
+func (u *unusedConns) track(c net.Conn, state http.ConnState) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if state != http.StateNew {
+		delete(u.conns, c)
+		return
+	}
+	if u.conns == nil {
+		u.conns = make(map[net.Conn]struct{})
+	}
+	u.conns[c] = struct{}{}
+}
+
+// close closes every connection still unused.
+func (u *unusedConns) close() {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	for c := range u.conns {
+		_ = c.Close()
+	}
 }
 
 // requestsInFlight counts HTTP requests being served and lets a shutdown

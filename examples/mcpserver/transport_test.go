@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -193,6 +195,35 @@ func TestShutdown_StdioCallInFlight_FinishesAndRepeatReplays(t *testing.T) {
 	require.False(t, res.IsError, text(res))
 	require.True(t, out.Replayed)
 	require.Equal(t, 1, api.orders(t))
+}
+
+// An HTTP client dials ahead when its connections are busy and may keep
+// the spare connection without ever sending a request on it. Such a
+// connection does not hold the shutdown (net/http alone would wait 5s for
+// it): the server closes it once the sessions are closed.
+func TestShutdown_HTTPUnusedConnection_DoesNotHoldIt(t *testing.T) {
+	t.Parallel()
+	api := startOrderAPI(t, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	transport, served := serveHTTPOnLoopback(time.Minute)(t, ctx, NewServer(api.URL, &client.Client{HTTP: api.HTTP}))
+	endpoint, err := url.Parse(transport.(*mcp.StreamableClientTransport).Endpoint)
+	require.NoError(t, err)
+	unused, err := net.Dial("tcp", endpoint.Host)
+	require.NoError(t, err)
+	defer unused.Close()
+	// The server accepts in order, so once a later connection's session
+	// answers, the unused one has been accepted too.
+	cs := connectSession(t, transport)
+	res, out := callTool(t, cs, "create_order", createArgs(client.KeyFor("run-1", "intent-1"), 1))
+	require.False(t, res.IsError, text(res))
+	require.NotNil(t, out.Order)
+
+	cancel()
+	require.NoError(t, waitFor(t, served, 3*time.Second))
+	require.NoError(t, unused.SetReadDeadline(time.Now().Add(time.Second)))
+	_, err = unused.Read(make([]byte, 1))
+	require.ErrorIs(t, err, io.EOF, "the server closes the unused connection")
 }
 
 type answer struct {
