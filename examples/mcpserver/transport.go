@@ -49,10 +49,10 @@ func serveStdio(ctx context.Context, srv *mcp.Server, t mcp.Transport) error {
 // connection. Last, the connections no request has arrived on are closed:
 // an HTTP client dials ahead when its connections are busy and may keep
 // the spare one unused, and http.Server.Shutdown would wait 5s for it,
-// though any request on it would now find its session closed. grace should
-// cover one call (the retry budget plus one
-// attempt). Past it the remaining connections are cut and serveHTTP returns
-// an error; a cut-off call is still safe to repeat with the same key.
+// though any request on it would now find its session closed. grace
+// should cover one call (the retry budget plus one attempt). Past it the
+// remaining connections are cut and serveHTTP returns an error; a cut-off
+// call is still safe to repeat with the same key.
 func serveHTTP(ctx context.Context, ln net.Listener, srv *mcp.Server, grace time.Duration) error {
 	sessions := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil)
 	var posts requestsInFlight
