@@ -63,6 +63,13 @@ var (
 	// or its answer was too large to store. It is the only failure answered
 	// 500; everything the infrastructure causes is answered 503.
 	ErrHandlerFailed = errors.New("idempotency: handler failed")
+
+	// ErrClaimOutOfBounds means a Claim would not fit the record table: an
+	// empty key, a scope or key over 255 bytes, or a fingerprint or owner
+	// over 128. SQLStore returns it before sending any statement, on every
+	// dialect, whatever the schema would do with the value. The middleware
+	// never sends such a claim: it refuses the request first.
+	ErrClaimOutOfBounds = errors.New("idempotency: claim does not fit the record table")
 )
 
 // Problem kinds: the stable last segment of every problem type URI.

@@ -238,6 +238,9 @@ func (s *SQLStore) exec(ctx context.Context, query string, args ...any) (sql.Res
 
 // Claim implements Store.
 func (s *SQLStore) Claim(ctx context.Context, c Claim) (Lease, error) {
+	if err := c.fits(); err != nil {
+		return Lease{}, err
+	}
 	res, err := s.exec(ctx, s.dialect.Claim, c.Scope, c.Key, c.Fingerprint, c.Owner,
 		c.Lease.Microseconds(), c.Retention.Microseconds())
 	if err == nil {
@@ -302,6 +305,9 @@ func scanRecord(row interface{ Scan(...any) error }, rec *Record, leading ...any
 
 // TakeOver implements Store.
 func (s *SQLStore) TakeOver(ctx context.Context, c Claim, from Lease) (Lease, error) {
+	if err := c.fits(); err != nil {
+		return Lease{}, err
+	}
 	res, err := s.exec(ctx, s.dialect.TakeOver, c.Fingerprint, c.Owner,
 		c.Lease.Microseconds(), c.Retention.Microseconds(), c.Scope, c.Key, from.Owner, from.Version)
 	if err := s.fenced(res, err, "take over"); err != nil {
@@ -346,6 +352,9 @@ func (s *SQLStore) Finish(ctx context.Context, l Lease, st Status, snap *Snapsho
 
 // InsertFinal implements Store.
 func (s *SQLStore) InsertFinal(ctx context.Context, tx *sql.Tx, c Claim, st Status, snap *Snapshot) error {
+	if err := c.fits(); err != nil {
+		return err
+	}
 	args, err := finishArgs(Lease{}, st, snap, c.Retention)
 	if err != nil {
 		return err

@@ -102,10 +102,73 @@ func TestMigrations_SameVersionsAsMySQL_EachStatementSafeToRepeat(t *testing.T) 
 			require.NotEmpty(t, steps, "%03d %s", m.Version, direction)
 			for _, s := range steps {
 				if s.RunIf == "" {
-					require.Regexp(t, `^(CREATE TABLE IF NOT EXISTS|DROP TABLE IF EXISTS|CREATE (UNIQUE )?INDEX IF NOT EXISTS|DROP INDEX IF EXISTS) `,
+					require.Regexp(t, `^(CREATE TABLE IF NOT EXISTS|DROP TABLE IF EXISTS|CREATE (UNIQUE )?INDEX IF NOT EXISTS|DROP INDEX IF EXISTS|ALTER TABLE \w+ DROP CONSTRAINT IF EXISTS) `,
 						s.SQL, "%03d_%s.%s.sql: make it idempotent or guard it", m.Version, m.Name, direction)
 				}
 			}
 		}
+	}
+}
+
+// recordChecks lists the CHECK constraints of the record table.
+func recordChecks(t *testing.T, db *sql.DB) []string {
+	t.Helper()
+	rows, err := db.Query(`SELECT conname FROM pg_constraint
+WHERE conrelid = 'idempotency_record'::regclass AND contype = 'c' ORDER BY conname`)
+	require.NoError(t, err)
+	defer rows.Close()
+	var names []string
+	for rows.Next() {
+		var n string
+		require.NoError(t, rows.Scan(&n))
+		names = append(names, n)
+	}
+	require.NoError(t, rows.Err())
+	return names
+}
+
+// runScript runs a migration script's steps on one connection, as Apply does.
+func runScript(t *testing.T, db *sql.DB, script string) {
+	t.Helper()
+	ctx := context.Background()
+	steps, err := migrations.Steps(script)
+	require.NoError(t, err)
+	conn, err := db.Conn(ctx)
+	require.NoError(t, err)
+	defer conn.Close()
+	for _, s := range steps {
+		_, err := s.Run(ctx, conn)
+		require.NoError(t, err, s.SQL)
+	}
+}
+
+// Migration 004 drops the record table's CHECKs: PostgreSQL re-plans each
+// of them at the start of every INSERT, about half of what single-phase's
+// record cost a create. Its down script puts them back, and both
+// directions may run twice.
+func TestMigration004_DropsTheRecordChecks_DownRestoresThem(t *testing.T) {
+	t.Parallel()
+	db := newPostgres(t)
+	require.Empty(t, recordChecks(t, db), "a migrated table has no CHECK constraints")
+
+	all, err := migrations.List("postgres")
+	require.NoError(t, err)
+	m := all[3]
+	require.Equal(t, 4, m.Version)
+	want := []string{
+		"idempotency_record_idempotency_key_check", "idempotency_record_locked_by_check",
+		"idempotency_record_request_fingerprint_check", "idempotency_record_scope_check",
+		"idempotency_record_status_check",
+	}
+	for range 2 {
+		runScript(t, db, m.Down)
+		require.Equal(t, want, recordChecks(t, db), "down restores 001's constraints")
+	}
+	_, err = db.Exec(`INSERT INTO idempotency_record (scope, idempotency_key, request_fingerprint, status, locked_by,
+  lease_version, created_at, updated_at, expires_at) VALUES ('s', 'k', 'f', 'UNKNOWN', 'o', 1, now(), now(), now())`)
+	require.ErrorContains(t, err, "idempotency_record_status_check", "the restored constraints are enforced")
+	for range 2 {
+		runScript(t, db, m.Up)
+		require.Empty(t, recordChecks(t, db))
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -66,6 +67,51 @@ func Exercise(t *testing.T, newStore func(t *testing.T) idempotency.Store) {
 			_, err := s.Claim(ctx, c)
 			require.NoError(t, err, "scope %q key %q", c.Scope, c.Key)
 		}
+	})
+
+	t.Run("Claim_AtTheTableBounds_StoresThem_OneByteMore_IsRefusedAndWritesNothing", func(t *testing.T) {
+		s := newStore(t)
+		atBounds := idempotency.Claim{
+			Scope: strings.Repeat("s", 255), Key: strings.Repeat("k", 255),
+			Fingerprint: strings.Repeat("f", 128), Owner: strings.Repeat("o", 128),
+			Lease: time.Minute, Retention: time.Hour,
+		}
+		_, err := s.Claim(ctx, atBounds)
+		require.NoError(t, err)
+		rec, err := s.Lookup(ctx, atBounds.Scope, atBounds.Key)
+		require.NoError(t, err)
+		require.Equal(t, atBounds.Fingerprint, rec.Fingerprint)
+		require.Equal(t, atBounds.Owner, rec.Owner)
+
+		over := map[string]func(c *idempotency.Claim){
+			"empty key":   func(c *idempotency.Claim) { c.Key = "" },
+			"key":         func(c *idempotency.Claim) { c.Key += "k" },
+			"scope":       func(c *idempotency.Claim) { c.Scope += "s" },
+			"fingerprint": func(c *idempotency.Claim) { c.Fingerprint += "f" },
+			"owner":       func(c *idempotency.Claim) { c.Owner += "o" },
+		}
+		for name, grow := range over {
+			c := atBounds
+			grow(&c)
+			_, err := s.Claim(ctx, c)
+			require.ErrorIs(t, err, idempotency.ErrClaimOutOfBounds, "Claim, %s", name)
+			require.ErrorIs(t, s.InsertFinal(ctx, nil, c, idempotency.StatusDone, snap), idempotency.ErrClaimOutOfBounds, "InsertFinal, %s", name)
+			tx, err := s.BeginTx(ctx)
+			require.NoError(t, err)
+			require.ErrorIs(t, s.InsertFinal(ctx, tx, c, idempotency.StatusDone, snap), idempotency.ErrClaimOutOfBounds, "InsertFinal in a transaction, %s", name)
+			require.NoError(t, tx.Commit(), "the refusal left the transaction usable")
+			from := idempotency.Lease{Scope: atBounds.Scope, Key: atBounds.Key, Owner: atBounds.Owner, Version: 1}
+			_, err = s.TakeOver(ctx, c, from)
+			require.ErrorIs(t, err, idempotency.ErrClaimOutOfBounds, "TakeOver, %s", name)
+			if c.Key != "" && (c.Scope != atBounds.Scope || c.Key != atBounds.Key) {
+				_, err = s.Lookup(ctx, c.Scope, c.Key)
+				require.ErrorIs(t, err, idempotency.ErrRecordNotFound, "%s: nothing written", name)
+			}
+		}
+		after, err := s.Lookup(ctx, atBounds.Scope, atBounds.Key)
+		require.NoError(t, err)
+		after.ReadAt = rec.ReadAt
+		require.Equal(t, rec, after, "the record at the bounds is untouched")
 	})
 
 	t.Run("Lookup_Missing_ReturnsErrRecordNotFound", func(t *testing.T) {

@@ -1,8 +1,9 @@
 -- One row per (scope, idempotency_key). The primary key is the uniqueness
 -- guarantee that lets exactly one request claim a key. COLLATE "C" compares
 -- byte by byte, so keys are case-sensitive ("abc" and "ABC" are two keys)
--- and no locale rule can make two keys equal. The CHECKs keep the bounds the
--- MySQL schema's VARBINARY lengths give.
+-- and no locale rule can make two keys equal. The CHECKs kept the bounds the
+-- MySQL schema's VARBINARY lengths give until migration 004 dropped them for
+-- what they cost every insert; the store checks those bounds in Go now.
 --
 -- Times are timestamptz and always come from the database's clock
 -- (clock_timestamp(), never now(), which is the transaction's start).

@@ -1,0 +1,4 @@
+-- Nothing to do here: PostgreSQL's migration of the same number drops the
+-- CHECK constraints its record table had. This schema never had them (its
+-- column types bound the lengths), and the version is kept so that every
+-- dialect migrates through the same steps.
