@@ -163,7 +163,7 @@ func (c Config) withDefaults() Config {
 		c.HeaderName = "Idempotency-Key"
 	}
 	if c.MaxKeyLength == 0 {
-		c.MaxKeyLength = 255
+		c.MaxKeyLength = maxKeyBytes
 	}
 	if c.ScopeFunc == nil {
 		c.ScopeFunc = func(*http.Request) (string, error) { return "", nil }
@@ -227,8 +227,8 @@ func DefaultIsFinal(status int) bool {
 
 func (c Config) validate() error {
 	switch {
-	case c.MaxKeyLength < 1 || c.MaxKeyLength > 255:
-		return fmt.Errorf("idempotency: MaxKeyLength %d: want 1..255, the most the schema stores", c.MaxKeyLength)
+	case c.MaxKeyLength < 1 || c.MaxKeyLength > maxKeyBytes:
+		return fmt.Errorf("idempotency: MaxKeyLength %d: want 1..%d, the most the schema stores", c.MaxKeyLength, maxKeyBytes)
 	case c.MaxBodyBytes < 0:
 		return errors.New("idempotency: MaxBodyBytes must not be negative")
 	case c.MaxSnapshotBytes < 0 || c.MaxSnapshotBytes > 16<<20:

@@ -198,8 +198,8 @@ func (a *attempt) readScope() error {
 		}
 		return NewProblem(http.StatusUnauthorized, ProblemScopeRequired, "Unauthenticated", err.Error())
 	}
-	if len(scope) > 255 {
-		return NewProblem(http.StatusUnauthorized, ProblemScopeRequired, "Unauthenticated", "scope longer than 255 bytes")
+	if len(scope) > maxScopeBytes {
+		return NewProblem(http.StatusUnauthorized, ProblemScopeRequired, "Unauthenticated", fmt.Sprintf("scope longer than %d bytes", maxScopeBytes))
 	}
 	a.scope = scope
 	a.keyHash = KeyHash(scope, a.key)
@@ -236,8 +236,8 @@ func (a *attempt) readFingerprint() error {
 		return err
 	}
 	a.rewindBody() // a custom FingerprintFunc may have read it
-	if len(fp) == 0 || len(fp) > 128 {
-		return fmt.Errorf("idempotency: fingerprint must be 1..128 bytes, got %d", len(fp))
+	if len(fp) == 0 || len(fp) > maxFingerprintBytes {
+		return fmt.Errorf("idempotency: fingerprint must be 1..%d bytes, got %d", maxFingerprintBytes, len(fp))
 	}
 	a.fingerprint = fp
 	return nil
