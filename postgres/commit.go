@@ -27,7 +27,15 @@ import (
 // error matching idempotency.ErrKeyClaimed, and the middleware answers with
 // the record that holds the key, as it does when the INSERT reports it.
 func OpenDB(cfg pgx.ConnConfig, opts ...stdlib.OptionOpenDB) *sql.DB {
-	return sql.OpenDB(connector{stdlib.GetConnector(cfg, opts...)})
+	return sql.OpenDB(NewConnector(cfg, opts...))
+}
+
+// NewConnector is the connector OpenDB opens its pool on, for a caller that
+// wraps it (to retry or trace connection attempts, say) before
+// sql.OpenDB. A wrapper must return the wrapped connector's Driver, by
+// which NewStore recognises the pool.
+func NewConnector(cfg pgx.ConnConfig, opts ...stdlib.OptionOpenDB) driver.Connector {
+	return connector{stdlib.GetConnector(cfg, opts...)}
 }
 
 // sendsFinalWithCommit reports whether db's connections come from OpenDB.

@@ -19,7 +19,9 @@ import (
 	"context"
 	"crypto/rand"
 	"database/sql"
+	"database/sql/driver"
 	"encoding/hex"
+	"errors"
 	"net/url"
 	"os"
 	"strings"
@@ -27,6 +29,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/orderguard/idempotency/postgres"
@@ -59,7 +62,7 @@ func Postgres(t testing.TB, params ...map[string]string) (*sql.DB, string) {
 	if err != nil {
 		t.Fatalf("pgtest: IDEMPOTENCY_TEST_POSTGRES_DSN %q: %v", base, err)
 	}
-	admin := stdlib.OpenDB(*adminCfg)
+	admin := sql.OpenDB(patient{stdlib.GetConnector(*adminCfg)})
 	t.Cleanup(func() { admin.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -100,13 +103,43 @@ func Postgres(t testing.TB, params ...map[string]string) (*sql.DB, string) {
 	return db, dsn
 }
 
-// OpenDB opens a pool on cfg with postgres.OpenDB, or with pgx's
-// stdlib.OpenDB when IDEMPOTENCY_TEST_POSTGRES_DRIVER=stdlib.
+// OpenDB opens a pool on cfg as postgres.OpenDB does, or as pgx's
+// stdlib.OpenDB does when IDEMPOTENCY_TEST_POSTGRES_DRIVER=stdlib, whose
+// connection attempts wait for a free server slot (see patient).
 func OpenDB(cfg pgx.ConnConfig) *sql.DB {
 	if PlainDriver() {
-		return stdlib.OpenDB(cfg)
+		return sql.OpenDB(patient{stdlib.GetConnector(cfg)})
 	}
-	return postgres.OpenDB(cfg)
+	return sql.OpenDB(patient{postgres.NewConnector(cfg)})
+}
+
+// patient retries a connection attempt that the server refuses for want of
+// a slot (53300, too many clients) for up to slotWait. The suites of
+// several packages run at once against one server, each test with a pool
+// of its own and the example server's pools besides, and the backends of a
+// process a spec has just killed linger for a moment: together they can
+// touch max_connections (100 by default) for a moment, which is the test
+// machine's limit, not a behaviour under test. Every other error returns
+// at once.
+type patient struct{ driver.Connector }
+
+// slotWait bounds how long a connection attempt waits for a server slot.
+const slotWait = 20 * time.Second
+
+func (p patient) Connect(ctx context.Context) (driver.Conn, error) {
+	deadline := time.Now().Add(slotWait)
+	for {
+		conn, err := p.Connector.Connect(ctx)
+		var pe *pgconn.PgError
+		if err == nil || !errors.As(err, &pe) || pe.Code != "53300" || time.Now().After(deadline) {
+			return conn, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // PlainDriver reports whether IDEMPOTENCY_TEST_POSTGRES_DRIVER=stdlib asks
