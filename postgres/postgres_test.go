@@ -127,21 +127,6 @@ WHERE conrelid = 'idempotency_record'::regclass AND contype = 'c' ORDER BY conna
 	return names
 }
 
-// runScript runs a migration script's steps on one connection, as Apply does.
-func runScript(t *testing.T, db *sql.DB, script string) {
-	t.Helper()
-	ctx := context.Background()
-	steps, err := migrations.Steps(script)
-	require.NoError(t, err)
-	conn, err := db.Conn(ctx)
-	require.NoError(t, err)
-	defer conn.Close()
-	for _, s := range steps {
-		_, err := s.Run(ctx, conn)
-		require.NoError(t, err, s.SQL)
-	}
-}
-
 // Migration 004 drops the record table's CHECKs: PostgreSQL re-plans each
 // of them at the start of every INSERT, about half of what single-phase's
 // record cost a create. Its down script puts them back, and both
@@ -160,15 +145,19 @@ func TestMigration004_DropsTheRecordChecks_DownRestoresThem(t *testing.T) {
 		"idempotency_record_request_fingerprint_check", "idempotency_record_scope_check",
 		"idempotency_record_status_check",
 	}
+	down, err := migrations.Steps(m.Down)
+	require.NoError(t, err)
+	up, err := migrations.Steps(m.Up)
+	require.NoError(t, err)
 	for range 2 {
-		runScript(t, db, m.Down)
+		migrationstest.RunSteps(t, db, down)
 		require.Equal(t, want, recordChecks(t, db), "down restores 001's constraints")
 	}
 	_, err = db.Exec(`INSERT INTO idempotency_record (scope, idempotency_key, request_fingerprint, status, locked_by,
   lease_version, created_at, updated_at, expires_at) VALUES ('s', 'k', 'f', 'UNKNOWN', 'o', 1, now(), now(), now())`)
 	require.ErrorContains(t, err, "idempotency_record_status_check", "the restored constraints are enforced")
 	for range 2 {
-		runScript(t, db, m.Up)
+		migrationstest.RunSteps(t, db, up)
 		require.Empty(t, recordChecks(t, db))
 	}
 }

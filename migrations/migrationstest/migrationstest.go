@@ -117,9 +117,10 @@ func (d Dialect) schemaAt(t *testing.T, version int) []string {
 	return d.indexes(t, db)
 }
 
-// runSteps runs steps on one connection of db as Apply does.
+// RunSteps runs steps on one connection of db as Apply does, for a test of
+// one migration script (migrations.Steps splits it).
 
-func runSteps(t *testing.T, db *sql.DB, steps []migrations.Step) {
+func RunSteps(t *testing.T, db *sql.DB, steps []migrations.Step) {
 	t.Helper()
 	ctx := context.Background()
 	conn, err := db.Conn(ctx)
@@ -148,7 +149,7 @@ func testApply_AfterACrashInsideAMigration_CompletesOnRerun(t *testing.T, d Dial
 				ctx := context.Background()
 				db := d.Open(t)
 				require.NoError(t, migrations.ApplyTo(ctx, db, d.Name, m.Version-1))
-				runSteps(t, db, steps[:ran])
+				RunSteps(t, db, steps[:ran])
 
 				require.NoError(t, migrations.Apply(ctx, db, d.Name))
 				require.Equal(t, allVersions(t, d.Name), versions(t, db))
@@ -219,11 +220,11 @@ func testDownMigration_RerunAfterACrashAtAnyStatement_RestoresThePreviousVersion
 				t.Parallel()
 				db := d.Open(t)
 				require.NoError(t, migrations.ApplyTo(context.Background(), db, d.Name, m.Version))
-				runSteps(t, db, steps[:ran])
+				RunSteps(t, db, steps[:ran])
 
-				runSteps(t, db, steps)
+				RunSteps(t, db, steps)
 				require.Equal(t, previous, d.indexes(t, db))
-				runSteps(t, db, steps)
+				RunSteps(t, db, steps)
 				require.Equal(t, previous, d.indexes(t, db), "once more after it completed")
 			})
 		}
