@@ -66,7 +66,11 @@ func TestSinglePhase_ReplayOnAnotherInstance_ReplaysTheFirstAnswer(t *testing.T)
 // A handler with no unique key of its own: concurrent duplicates all execute
 // to the end, then collide on the record's primary key as their
 // transaction's last statement, wait for the winner's commit, roll back and
-// replay it. Exactly one execution survives.
+// replay it. Exactly one execution survives. The handler holds every
+// execution until a second one has begun, so the duplicates really do
+// execute concurrently: without the barrier a duplicate that arrives after
+// the winner's commit reads the record first (replayHint) and replays
+// without executing, which proves nothing about the collision.
 func TestSinglePhase_HandlerWithoutItsOwnUniqueKey_CollidesOnTheRecord(t *testing.T) {
 	t.Parallel()
 	db := newMySQL(t)
@@ -76,6 +80,7 @@ func TestSinglePhase_HandlerWithoutItsOwnUniqueKey_CollidesOnTheRecord(t *testin
 	mw, err := idempotency.New(idempotency.NewMySQLStore(db), &idempotency.Config{Mode: idempotency.ModeSinglePhase})
 	require.NoError(t, err)
 	var executions atomic.Int64
+	second := make(chan struct{}) // closed when a second execution has begun
 	srv := httptest.NewServer(mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tx, _ := idempotency.TxFromContext(r.Context())
 		res, err := tx.ExecContext(r.Context(), "INSERT INTO ledger (note) VALUES ('entry')")
@@ -84,8 +89,15 @@ func TestSinglePhase_HandlerWithoutItsOwnUniqueKey_CollidesOnTheRecord(t *testin
 			return
 		}
 		id, _ := res.LastInsertId()
-		executions.Add(1)
-		time.Sleep(20 * time.Millisecond) // let the duplicates pile up behind us
+		if executions.Add(1) == 2 {
+			close(second)
+		}
+		select {
+		case <-second:
+		case <-time.After(30 * time.Second):
+			http.Error(w, "no second execution began within 30s", http.StatusInternalServerError)
+			return
+		}
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusCreated)
 		fmt.Fprintf(w, `{"ledger_id":%d}`, id)
@@ -95,7 +107,7 @@ func TestSinglePhase_HandlerWithoutItsOwnUniqueKey_CollidesOnTheRecord(t *testin
 
 	answers := b.storm(t, 32, call{key: "entry-1", body: `{"amount":5}`})
 
-	require.Greater(t, executions.Load(), int64(1), "the duplicates executed too")
+	require.Greater(t, executions.Load(), int64(1), "the duplicates executed too (the barrier lets none finish before)")
 	require.Equal(t, 1, b.count(t, "SELECT COUNT(*) FROM ledger"), "only the winner's execution committed")
 	require.Equal(t, 1, b.records(t))
 	for _, a := range answers {

@@ -25,6 +25,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/orderguard/idempotency/examples/orderservice"
+	"github.com/orderguard/idempotency/internal/testdb"
 )
 
 const (
@@ -53,6 +54,7 @@ func unavailable(t *testing.T, msg string) {
 // nodeConfigs parses IDEMPOTENCY_GALERA_DSNS.
 func nodeConfigs(t *testing.T) []*mysql.Config {
 	t.Helper()
+	testdb.CaptureDriverLog(t) // node kills cut connections: their log lines go to a failing test's log
 	raw := strings.TrimSpace(os.Getenv(envDSNs))
 	if raw == "" {
 		unavailable(t, envDSNs+" is not set: no Galera cluster to test against; scripts/galera.sh start runs one and prints the DSNs")

@@ -159,6 +159,23 @@ func (b *testBundle) do(t *testing.T, key, body string) answer {
 	return answer{Status: resp.StatusCode, Header: resp.Header, Body: string(raw)}
 }
 
+// doAsClient sends a request as a retrying client does (package client's
+// policy): an answer with Retry-After (503, or 409 in progress) is sent
+// again, each such answer logged, up to 20 times. Under load a pool that
+// waits for a connection or a lock answers 503 with Retry-After; the
+// contract is what the client ends with.
+func (b *testBundle) doAsClient(t *testing.T, key, body string) answer {
+	t.Helper()
+	for try := 1; ; try++ {
+		a := b.do(t, key, body)
+		if a.Header.Get("Retry-After") == "" || try == 20 {
+			return a
+		}
+		t.Logf("key %s, try %d: %d with Retry-After %s: %s", key, try, a.Status, a.Header.Get("Retry-After"), a.Body)
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // storm sends n copies of one request at once and returns every answer.
 func (b *testBundle) storm(t *testing.T, n int, key, body string) []answer {
 	t.Helper()

@@ -62,8 +62,9 @@ func TestReconciler_AbandonedClaims_RecoveredWhenTheEffectExists_ReleasedOtherwi
 }
 
 // Purge runs while requests create and replay keys: it deletes exactly the
-// final records past retention, never a live or PROCESSING one, and the
-// requests never fail.
+// final records past retention, never a live or PROCESSING one, and every
+// request, retried as a client retries an answer with Retry-After, ends
+// created or replayed (or still in progress).
 func TestPurge_UnderLoad_DeletesOnlyExpiredFinalRecords(t *testing.T) {
 	t.Parallel()
 	b := setup(t, idempotency.Config{}, &ledgerService{})
@@ -80,10 +81,10 @@ func TestPurge_UnderLoad_DeletesOnlyExpiredFinalRecords(t *testing.T) {
 	time.Sleep(5 * time.Millisecond)
 
 	var wg sync.WaitGroup
-	statuses := make([]int, 64)
+	answers := make([]answer, 64)
 	for i := range 64 {
 		wg.Go(func() {
-			statuses[i] = b.do(t, fmt.Sprint("live-", i%32), `{"account":2,"amount":1}`).Status
+			answers[i] = b.doAsClient(t, fmt.Sprint("live-", i%32), `{"account":2,"amount":1}`)
 		})
 	}
 	var purged int64
@@ -97,8 +98,9 @@ func TestPurge_UnderLoad_DeletesOnlyExpiredFinalRecords(t *testing.T) {
 	wg.Wait()
 	require.NoError(t, purgeErr)
 	require.EqualValues(t, 300, purged)
-	for i, s := range statuses {
-		require.Contains(t, []int{http.StatusCreated, http.StatusConflict}, s, "request %d", i)
+	for i, a := range answers {
+		require.Contains(t, []int{http.StatusCreated, http.StatusConflict}, a.Status,
+			"request %d for key live-%d: the contract allows 201 (created or replayed) and 409 in progress; got %s", i, i%32, a.Body)
 	}
 	require.EqualValues(t, 33, b.count(t, "SELECT COUNT(*) FROM idempotency_record"), "32 live keys and the PROCESSING one")
 	require.EqualValues(t, 32, b.count(t, "SELECT COUNT(*) FROM ledger"))

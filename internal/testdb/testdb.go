@@ -11,7 +11,9 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"fmt"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -29,6 +31,7 @@ func Required() bool {
 // BaseConfig returns the configured server DSN, parsed.
 func BaseConfig(t testing.TB) *mysql.Config {
 	t.Helper()
+	driverLog.install() // before any Config is made: each keeps the logger it was made with
 	dsn := os.Getenv("IDEMPOTENCY_TEST_MYSQL_DSN")
 	if dsn == "" {
 		dsn = DefaultDSN
@@ -44,6 +47,7 @@ func BaseConfig(t testing.TB) *mysql.Config {
 // and drops it when the test ends.
 func MySQL(t testing.TB) (*sql.DB, string) {
 	t.Helper()
+	CaptureDriverLog(t)
 	base := BaseConfig(t)
 	admin, err := sql.Open("mysql", base.FormatDSN())
 	if err != nil {
@@ -87,4 +91,76 @@ func MySQL(t testing.TB) (*sql.DB, string) {
 	db.SetMaxIdleConns(80)
 	t.Cleanup(func() { db.Close() })
 	return db, dsn
+}
+
+// CaptureDriverLog keeps go-sql-driver/mysql's log lines out of stderr
+// while t runs, and writes the lines logged meanwhile into t's log if t
+// fails. The driver logs every connection a server or a fault proxy cuts
+// ("packets.go: unexpected EOF", "busy buffer"): hundreds of lines per fault
+// spec, which on stderr would bury a failure's message in the CI log. The
+// driver has one logger per process, so a failing test shows every line
+// logged while it ran, its parallel neighbours' included. MySQL calls it;
+// a test that opens its own connections to a server calls it first.
+func CaptureDriverLog(t testing.TB) {
+	driverLog.install()
+	from := driverLog.mark()
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		lines, dropped := driverLog.since(from)
+		if len(lines) == 0 {
+			return
+		}
+		t.Logf("testdb: %d lines go-sql-driver/mysql logged while this test ran (%d older ones dropped):", len(lines)+dropped, dropped)
+		for _, l := range lines {
+			t.Log("  mysql: " + l)
+		}
+	})
+}
+
+// driverLogKeep bounds the lines kept: the last ones before a failure are
+// the ones that tell.
+const driverLogKeep = 500
+
+var driverLog capturedLog
+
+// capturedLog is a mysql.Logger keeping the last driverLogKeep lines, each
+// numbered, so a test can ask for the lines logged since it began.
+type capturedLog struct {
+	once  sync.Once
+	mu    sync.Mutex
+	next  int      // the number of the next line
+	lines []string // lines next-len(lines) .. next-1
+}
+
+func (l *capturedLog) install() { l.once.Do(func() { _ = mysql.SetLogger(l) }) }
+
+func (l *capturedLog) Print(v ...any) {
+	line := fmt.Sprint(v...)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.lines) == driverLogKeep {
+		l.lines = append(l.lines[:0], l.lines[1:]...)
+	}
+	l.lines = append(l.lines, time.Now().Format("15:04:05.000 ")+line)
+	l.next++
+}
+
+func (l *capturedLog) mark() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.next
+}
+
+// since returns the lines numbered from on that are still kept, and how many
+// of them were dropped.
+func (l *capturedLog) since(from int) (lines []string, dropped int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	first := l.next - len(l.lines)
+	if from < first {
+		dropped, from = first-from, first
+	}
+	return append([]string(nil), l.lines[from-first:]...), dropped
 }
