@@ -326,12 +326,11 @@ func TestFencing_AStaleHolderThatOutlivesItsLease_CannotCommit(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			staleWoke := make(chan struct{})
+			wake := make(chan struct{})
 			svc := &ledgerService{isolation: isolation, ignoreDeadline: true}
 			svc.beforeWrite = func(_ context.Context, run int32) {
-				if run == 1 { // the first attempt stalls past its lease, ignoring its deadline
-					time.Sleep(2200 * time.Millisecond)
-					close(staleWoke)
+				if run == 1 { // the first attempt stalls past its lease, ignoring its deadline,
+					<-wake // until its successor has committed
 				}
 			}
 			b := setup(t, idempotency.Config{Lease: time.Second}, svc)
@@ -339,10 +338,13 @@ func TestFencing_AStaleHolderThatOutlivesItsLease_CannotCommit(t *testing.T) {
 
 			stale := make(chan answer, 1)
 			go func() { stale <- b.do(t, "fenced-1", body) }()
-			time.Sleep(1200 * time.Millisecond) // the stale holder's lease has expired
+			require.Eventually(t, func() bool { // by the database's clock
+				rec, err := b.store.Lookup(context.Background(), "", "fenced-1")
+				return err == nil && rec.Status == idempotency.StatusProcessing && rec.LeaseExpired
+			}, 30*time.Second, 10*time.Millisecond, "the stale holder's claim never showed an expired lease")
 			successor := b.do(t, "fenced-1", body)
+			close(wake)
 			require.Equal(t, http.StatusCreated, successor.Status, successor.Body)
-			<-staleWoke
 
 			late := <-stale
 			t.Logf("%s: the stale holder answered %d", name, late.Status)

@@ -5,26 +5,21 @@
 # The suite needs a MySQL-compatible server (MariaDB 10.6+ or MySQL 8) for
 # everything that depends on the database. It uses IDEMPOTENCY_TEST_MYSQL_DSN
 # (default root@tcp(127.0.0.1:3306)/test). If nothing answers there and a
-# local mariadbd is installed, this script starts it. Without a server the
-# MySQL tests skip with a message, unless CI=true or
+# local mariadbd is installed, this script starts it, and likewise
+# PostgreSQL, Redis, RabbitMQ and NATS (scripts/services.sh). Without a
+# server the suites that need it skip with a message, unless CI=true or
 # IDEMPOTENCY_REQUIRE_MYSQL=1, in which case they fail.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 dsn="${IDEMPOTENCY_TEST_MYSQL_DSN:-root@tcp(127.0.0.1:3306)/test}"
 
-mysql_up() { mysqladmin --connect-timeout=2 -uroot -h127.0.0.1 -P3306 ping >/dev/null 2>&1; }
+t0=$SECONDS
+took() { echo "test.sh: $1 in $((SECONDS - t0))s"; t0=$SECONDS; }
 
-if [[ -z "${IDEMPOTENCY_TEST_MYSQL_DSN:-}" ]] && command -v mysqladmin >/dev/null; then
-  if ! mysql_up && [[ -x /usr/sbin/mariadbd ]]; then
-    echo "test.sh: starting MariaDB"
-    start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd
-    for _ in $(seq 1 60); do mysql_up && break; sleep 1; done
-  fi
-  if mysql_up; then
-    mysql -uroot -h127.0.0.1 -P3306 -e 'CREATE DATABASE IF NOT EXISTS test'
-  fi
-fi
+# MariaDB, PostgreSQL, Redis, RabbitMQ and NATS, each started if installed
+# and down.
+bash scripts/services.sh || true
 echo "test.sh: MySQL DSN for tests: $dsn"
 
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
@@ -35,7 +30,9 @@ fi
 # stores, examples and programs that are modules of their own.
 all=github.com/orderguard/idempotency/...
 go vet "$all"
+took "gofmt and vet"
 go test -race -count=1 -timeout 20m "$all"
+took "the whole suite under -race"
 
 # The MySQL-dependent suites again with MariaDB's innodb_snapshot_isolation
 # ON (the default since MariaDB 11.6.2; a session variable on 10.6.18+ and
@@ -50,6 +47,7 @@ if [[ "${IDEMPOTENCY_TEST_SNAPSHOT_ISOLATION:-}" == 1 ]] || { [[ -z "${IDEMPOTEN
   IDEMPOTENCY_TEST_MYSQL_DSN="${dsn}${sep}innodb_snapshot_isolation=ON" \
     go test -count=1 -timeout 20m github.com/orderguard/idempotency \
       github.com/orderguard/idempotency/examples/... github.com/orderguard/idempotency/migrations/...
+  took "the MySQL suites with innodb_snapshot_isolation=ON"
 elif [[ "${CI:-}" == "true" ]]; then
   echo "test.sh: the server has no innodb_snapshot_isolation; CI needs MariaDB 10.6.18+" >&2
   exit 1
@@ -61,3 +59,4 @@ fi
 # with the COMMIT. Races were checked in the pass above.
 echo "test.sh: PostgreSQL suites over pgx's stdlib driver"
 IDEMPOTENCY_TEST_POSTGRES_DRIVER=stdlib go test -count=1 -timeout 20m github.com/orderguard/idempotency/postgres/...
+took "the PostgreSQL suites over pgx's stdlib driver"
