@@ -62,13 +62,13 @@ func TestReadBody_ReportsAReadError(t *testing.T) {
 // The handler can read the body again after the fingerprint read it, on every
 // run of the handler, and closing it is harmless.
 func TestRewindBody_EveryRunReadsTheWholeBody(t *testing.T) {
-	a := &attempt{r: httptest.NewRequest(http.MethodPost, "/orders", nil), body: []byte(`{"sku_id":1}`)}
+	x := &exchange{r: httptest.NewRequest(http.MethodPost, "/orders", nil), body: []byte(`{"sku_id":1}`)}
 	for range 3 {
-		a.rewindBody()
-		got, err := io.ReadAll(a.r.Body)
+		x.rewindBody()
+		got, err := io.ReadAll(x.r.Body)
 		require.NoError(t, err)
 		assert.Equal(t, `{"sku_id":1}`, string(got))
-		require.NoError(t, a.r.Body.Close())
+		require.NoError(t, x.r.Body.Close())
 	}
 }
 

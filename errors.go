@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"strconv"
 )
@@ -177,6 +178,21 @@ func problemFor(err error, conflictStatus int) *Problem {
 		return NewProblem(http.StatusInternalServerError, ProblemExecutionFailed, "Request failed",
 			"The request failed; nothing was recorded for this key.")
 	}
+}
+
+// problem is the answer to a failure after the request was accepted. Only
+// the handler's own failure is a 500; any other failure came from the
+// infrastructure or a lost race, nothing of it was recorded, and the client
+// is told when to retry: 503 (or 409 in-progress) with Retry-After.
+func (a *attempt) problem(err error) *Problem {
+	p := problemFor(err, a.m.cfg.ConflictStatus)
+	if p.Kind() == ProblemExecutionFailed && !errors.Is(err, ErrHandlerFailed) {
+		p = storeUnavailable()
+	}
+	if p.Status == http.StatusServiceUnavailable || p.Kind() == ProblemInProgress {
+		p.RetryAfter = max(1, int(math.Ceil(a.m.cfg.RetryAfter.Seconds())))
+	}
+	return p
 }
 
 // storeUnavailable is the answer to a fault of the infrastructure: the

@@ -101,7 +101,7 @@ func (a *attempt) preFilter() (unmark func(), answered bool) {
 		return func() {}, false // the cache could not tell: the Store decides
 	case held.Fingerprint == a.fingerprint:
 		p := a.problem(ErrInProgress)
-		WriteProblem(a.w, p)
+		a.answerProblem(p)
 		a.done(Event{Outcome: OutcomeInProgress, Status: p.Status})
 		return nil, true
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"sync/atomic"
 	"time"
 )
@@ -24,12 +23,11 @@ func (a *attempt) serveSinglePhase() {
 		return
 	}
 	for run := 1; a.executeSinglePhase(run < maxSinglePhaseRuns); run++ {
-		a.rewindBody()
+		// The database rolled the run back and no winner holds the key.
 	}
 	if a.renewing {
 		// The key's record outlived its retention or its lease: renew the
 		// key claim-first, after this execution's stages have ended.
-		a.rewindBody()
 		a.serveClaimFirst()
 	}
 }
@@ -135,9 +133,9 @@ func (a *attempt) executeSinglePhase(mayRunAgain bool) (again bool) {
 	switch res.verdict(a.m.cfg.IsFinalFunc) {
 	case verdictBroken:
 		_ = res.tx.Rollback()
-		if res.panicked == http.ErrAbortHandler {
-			a.done(Event{Outcome: OutcomeReleased, Err: http.ErrAbortHandler})
-			panic(res.panicked) // net/http aborts the response, as the handler asked
+		if res.aborted {
+			a.abort(res.panicked)
+			return false
 		}
 		a.answerReleased(res.err(a.m.cfg.MaxSnapshotBytes))
 	case verdictCommit:
@@ -152,7 +150,7 @@ func (a *attempt) executeSinglePhase(mayRunAgain bool) (again bool) {
 		if a.answerWinner(ctx, false) {
 			return false
 		}
-		writeResponse(a.w, res.status, res.header, res.body)
+		a.answerWith(res.status, res.header, res.body)
 		a.done(Event{Outcome: OutcomeReleased, Status: res.status})
 	}
 	return false
@@ -176,7 +174,7 @@ func (a *attempt) commitSinglePhase(ctx context.Context, res *handlerResult, may
 		return a.resolveSinglePhaseCommit(ctx, res, snap, err, mayRunAgain)
 	}
 	a.m.cacheOwn(a.scope, a.key, a.fingerprint, StatusDone, snap, started)
-	writeResponse(a.w, snap.StatusCode, res.header, snap.Body)
+	a.answerWith(snap.StatusCode, res.header, snap.Body)
 	a.done(Event{Outcome: OutcomeCommitted, Status: snap.StatusCode})
 	return false
 }
@@ -214,7 +212,7 @@ func (a *attempt) resolveSinglePhaseCommit(ctx context.Context, res *handlerResu
 	rec, err := a.lookup(ctx)
 	switch {
 	case err == nil && rec.Owner == a.lease.Owner:
-		writeResponse(a.w, snap.StatusCode, res.header, snap.Body)
+		a.answerWith(snap.StatusCode, res.header, snap.Body)
 		a.done(Event{Outcome: OutcomeCommitted, Status: snap.StatusCode})
 	case err == nil:
 		a.respondToDuplicate(rec)
@@ -270,7 +268,7 @@ func (a *attempt) storeRejectionSinglePhase(ctx context.Context, res *handlerRes
 	default:
 		a.m.cacheOwn(a.scope, a.key, a.fingerprint, StatusFailed, snap, started)
 	}
-	writeResponse(a.w, snap.StatusCode, res.header, snap.Body)
+	a.answerWith(snap.StatusCode, res.header, snap.Body)
 	a.done(Event{Outcome: OutcomeRejected, Status: snap.StatusCode})
 }
 
