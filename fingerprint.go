@@ -73,22 +73,7 @@ const (
 // yields ErrUnsupportedMediaType. With a field list set, top-level names that
 // are equal ignoring case yield ErrInvalidBody (see FingerprintConfig).
 func NewFingerprint(cfg FingerprintConfig) FingerprintFunc {
-	var filter *fieldFilter
-	if len(cfg.Fields) > 0 || len(cfg.IgnoreFields) > 0 {
-		// Copy into a map by folded name: one O(1) lookup per member finds
-		// a listed name or a case variant of one, and later changes to
-		// cfg's slices cannot alter fingerprints that are already stored.
-		filter = &fieldFilter{
-			hasAllow: len(cfg.Fields) > 0,
-			byFold:   make(map[string][]listedName, len(cfg.Fields)+len(cfg.IgnoreFields)),
-		}
-		for _, f := range cfg.IgnoreFields {
-			filter.add(f).deny = true
-		}
-		for _, f := range cfg.Fields {
-			filter.add(f).allow = true
-		}
-	}
+	fp := newFingerprinter(cfg)
 	routeOf := cfg.RouteFunc
 	if routeOf == nil {
 		routeOf = CanonicalRoute
@@ -96,7 +81,7 @@ func NewFingerprint(cfg FingerprintConfig) FingerprintFunc {
 	return func(r *http.Request, body []byte) (string, error) {
 		ct := r.Header.Get("Content-Type")
 		isJSON := isJSONMediaType(ct)
-		if !isJSON && filter != nil {
+		if !isJSON && fp.filter != nil {
 			if ct == "" {
 				return "", fmt.Errorf("%w: field lists need Content-Type application/json, request has none",
 					ErrUnsupportedMediaType)
@@ -108,40 +93,91 @@ func NewFingerprint(cfg FingerprintConfig) FingerprintFunc {
 		if method == "" { // net/http: an empty method means GET
 			method = http.MethodGet
 		}
-		kind := bodyKindRaw
-		if isJSON {
-			kind = bodyKindJSON
-		}
-
-		c := getCanonicalizer()
-		defer putCanonicalizer(c)
-		buf := appendFramed(c.out[:0], fingerprintTag)
-		buf = appendFramed(buf, method)
-		buf = appendFramed(buf, routeOf(r))
-		buf = appendFramed(buf, kind)
-		var sum [sha256.Size]byte
-		if isJSON {
-			// Canonicalise straight into the hash input behind a length
-			// placeholder: one contiguous buffer, no hasher allocation.
-			lenAt := len(buf)
-			c.out = binary.BigEndian.AppendUint64(buf, 0)
-			if err := c.canonicalize(body, filter); err != nil {
-				return "", err
-			}
-			binary.BigEndian.PutUint64(c.out[lenAt:], uint64(len(c.out)-lenAt-8))
-			sum = sha256.Sum256(c.out)
-		} else {
-			// Stream raw bodies instead of copying them, as they may be large.
-			c.out = binary.BigEndian.AppendUint64(buf, uint64(len(body)))
-			h := sha256.New()
-			h.Write(c.out)
-			h.Write(body)
-			h.Sum(sum[:0])
-		}
-		var out [2 * sha256.Size]byte
-		hex.Encode(out[:], sum[:])
-		return string(out[:]), nil
+		return fp.sum(method, routeOf(r), body, isJSON)
 	}
+}
+
+// JSONFingerprintFunc computes the fingerprint of an action carried without
+// HTTP (a gRPC call, a queued message) whose business parameters are a JSON
+// object: see NewJSONFingerprint.
+type JSONFingerprintFunc func(method, route string, body []byte) (string, error)
+
+// NewJSONFingerprint returns the fingerprint that NewFingerprint(cfg) gives
+// an HTTP request with this method, route (CanonicalRoute's form) and a
+// JSON body, for front-ends of other transports. A front-end that names the
+// HTTP method and route of the same action ("POST", "/orders") gets the
+// fingerprint the HTTP route gets for the same business fields, so one
+// action is one action whatever transport carries it: a key used over HTTP
+// and then in a queued message is replayed, or refused as reused with other
+// parameters, never executed twice. cfg.RouteFunc is not used.
+func NewJSONFingerprint(cfg FingerprintConfig) JSONFingerprintFunc {
+	fp := newFingerprinter(cfg)
+	return func(method, route string, body []byte) (string, error) {
+		return fp.sum(method, route, body, true)
+	}
+}
+
+// fingerprinter is a FingerprintConfig made ready: its field lists as a
+// filter, built once.
+type fingerprinter struct {
+	filter *fieldFilter
+}
+
+func newFingerprinter(cfg FingerprintConfig) fingerprinter {
+	if len(cfg.Fields) == 0 && len(cfg.IgnoreFields) == 0 {
+		return fingerprinter{}
+	}
+	// Copy into a map by folded name: one O(1) lookup per member finds a
+	// listed name or a case variant of one, and later changes to cfg's
+	// slices cannot alter fingerprints that are already stored.
+	filter := &fieldFilter{
+		hasAllow: len(cfg.Fields) > 0,
+		byFold:   make(map[string][]listedName, len(cfg.Fields)+len(cfg.IgnoreFields)),
+	}
+	for _, f := range cfg.IgnoreFields {
+		filter.add(f).deny = true
+	}
+	for _, f := range cfg.Fields {
+		filter.add(f).allow = true
+	}
+	return fingerprinter{filter: filter}
+}
+
+// sum is the fingerprint of one request: the hex SHA-256 of the tag, the
+// method, the route, the body's kind and the body, each length-prefixed.
+func (fp fingerprinter) sum(method, route string, body []byte, isJSON bool) (string, error) {
+	kind := bodyKindRaw
+	if isJSON {
+		kind = bodyKindJSON
+	}
+	c := getCanonicalizer()
+	defer putCanonicalizer(c)
+	buf := appendFramed(c.out[:0], fingerprintTag)
+	buf = appendFramed(buf, method)
+	buf = appendFramed(buf, route)
+	buf = appendFramed(buf, kind)
+	var sum [sha256.Size]byte
+	if isJSON {
+		// Canonicalise straight into the hash input behind a length
+		// placeholder: one contiguous buffer, no hasher allocation.
+		lenAt := len(buf)
+		c.out = binary.BigEndian.AppendUint64(buf, 0)
+		if err := c.canonicalize(body, fp.filter); err != nil {
+			return "", err
+		}
+		binary.BigEndian.PutUint64(c.out[lenAt:], uint64(len(c.out)-lenAt-8))
+		sum = sha256.Sum256(c.out)
+	} else {
+		// Stream raw bodies instead of copying them, as they may be large.
+		c.out = binary.BigEndian.AppendUint64(buf, uint64(len(body)))
+		h := sha256.New()
+		h.Write(c.out)
+		h.Write(body)
+		h.Sum(sum[:0])
+	}
+	var out [2 * sha256.Size]byte
+	hex.Encode(out[:], sum[:])
+	return string(out[:]), nil
 }
 
 // appendFramed appends s behind its 8-byte big-endian length, so component
