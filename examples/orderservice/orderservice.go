@@ -24,22 +24,16 @@ package orderservice
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"embed"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"regexp"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/orderguard/idempotency"
-	"github.com/orderguard/idempotency/migrations"
 )
 
 // Catalog facts the seed data establishes.
@@ -95,10 +89,11 @@ type Options struct {
 
 // Service serves the order API.
 type Service struct {
-	db   *sql.DB
-	opts Options
-	sql  statements
-	mux  *http.ServeMux
+	db         *sql.DB
+	opts       Options
+	sql        statements
+	mux        *http.ServeMux
+	middleware map[string]*idempotency.Middleware // by route, with Idempotency
 }
 
 // statements is the service's SQL in one dialect, written by hand: the
@@ -169,11 +164,8 @@ func New(db *sql.DB, opts Options) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Service{db: db, opts: opts, sql: st, mux: http.NewServeMux()}
-	create, err := s.protect("create_order", idempotency.FingerprintConfig{
-		// The seed's whitelist DTO: only what changes the order counts.
-		Fields: []string{"user_id", "sku_id", "quantity", "coupon_id"},
-	}, s.createOrder)
+	s := &Service{db: db, opts: opts, sql: st, mux: http.NewServeMux(), middleware: map[string]*idempotency.Middleware{}}
+	create, err := s.protect("create_order", idempotency.FingerprintConfig{Fields: CreateFields}, s.createOrder)
 	if err != nil {
 		return nil, err
 	}
@@ -199,26 +191,39 @@ func New(db *sql.DB, opts Options) (*Service, error) {
 // ServeHTTP implements http.Handler.
 func (s *Service) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
 
-// txHandler is a write handler: it runs inside tx and returns its answer;
-// the caller commits on 2xx and rolls back otherwise.
-type txHandler func(ctx context.Context, tx *sql.Tx, r *http.Request) answer
+// Middleware returns the idempotency middleware of a protected route
+// ("create_order", "cancel_order", "pay_order"), or nil without
+// Options.Idempotency. Front-ends of other transports (gRPC, queue
+// consumers) protect the same action with it: one replay cache, one route
+// in the metrics, and one action per key whatever transport carries it.
+func (s *Service) Middleware(route string) *idempotency.Middleware { return s.middleware[route] }
 
-type answer struct {
-	status  int
-	header  http.Header
-	body    any
-	problem *idempotency.Problem
+// txHandler is a write handler over HTTP: it runs inside tx and returns its
+// reply; the caller commits on 2xx and rolls back otherwise.
+type txHandler func(ctx context.Context, tx *sql.Tx, r *http.Request) Reply
+
+// createOrder is POST /orders over Create.
+func (s *Service) createOrder(ctx context.Context, tx *sql.Tx, r *http.Request) Reply {
+	var req CreateRequest
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		return Reply{Problem: idempotency.NewProblem(http.StatusBadRequest, idempotency.ProblemInvalidBody, "Invalid request body", err.Error())}
+	}
+	uid, _ := userID(r)
+	return s.Create(ctx, tx, uid, req)
 }
 
-func (a answer) write(w http.ResponseWriter) {
-	if a.problem != nil {
-		idempotency.WriteProblem(w, a.problem)
-		return
+// transition is POST /orders/{order_no}/cancel or /pay over Transition.
+func (s *Service) transition(from, to idempotency.OrderStatus) txHandler {
+	return func(ctx context.Context, tx *sql.Tx, r *http.Request) Reply {
+		uid, _ := userID(r)
+		return s.Transition(ctx, tx, uid, r.PathValue("order_no"), from, to)
 	}
-	for k, v := range a.header {
-		w.Header()[k] = v
-	}
-	writeJSON(w, a.status, a.body)
+}
+
+// getOrder is GET /orders/{order_no} over Get.
+func (s *Service) getOrder(w http.ResponseWriter, r *http.Request) {
+	uid, _ := userID(r)
+	s.Get(r.Context(), uid, r.PathValue("order_no")).Write(w)
 }
 
 // protect wraps a write handler with the idempotency middleware, or, with
@@ -232,7 +237,7 @@ func (s *Service) protect(route string, fp idempotency.FingerprintConfig, h txHa
 				return
 			}
 			a := h(r.Context(), tx, r)
-			if a.problem == nil && a.status >= 200 && a.status < 300 {
+			if a.Problem == nil && a.Status >= 200 && a.Status < 300 {
 				if err := tx.Commit(); err != nil {
 					idempotency.WriteProblem(w, commitFailure(err))
 					return
@@ -240,7 +245,7 @@ func (s *Service) protect(route string, fp idempotency.FingerprintConfig, h txHa
 			} else {
 				_ = tx.Rollback()
 			}
-			a.write(w)
+			a.Write(w)
 		}), nil
 	}
 	cfg := s.opts.Config
@@ -251,9 +256,10 @@ func (s *Service) protect(route string, fp idempotency.FingerprintConfig, h txHa
 	if err != nil {
 		return nil, err
 	}
+	s.middleware[route] = mw
 	return mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tx, _ := idempotency.TxFromContext(r.Context())
-		h(r.Context(), tx, r).write(w)
+		h(r.Context(), tx, r).Write(w)
 	})), nil
 }
 
@@ -296,32 +302,6 @@ func userID(r *http.Request) (int64, error) {
 	return id, nil
 }
 
-// CreateRequest is the body of POST /orders. Only the first four fields are
-// the order; OrderNo lets a client propose the order number (the weak guard
-// the simulation compares against) and is not part of the fingerprint.
-type CreateRequest struct {
-	UserID   int64  `json:"user_id"`
-	SKUID    int64  `json:"sku_id"`
-	Quantity int    `json:"quantity"`
-	CouponID *int64 `json:"coupon_id,omitempty"`
-	OrderNo  string `json:"order_no,omitempty"`
-}
-
-// OrderResponse is the body of a created or read order.
-type OrderResponse struct {
-	OrderNo        string `json:"order_no"`
-	Status         string `json:"status"`
-	UserID         int64  `json:"user_id"`
-	SKUID          int64  `json:"sku_id"`
-	Quantity       int    `json:"quantity"`
-	CouponID       *int64 `json:"coupon_id"`
-	UnitPriceCents int64  `json:"unit_price_cents"`
-	DiscountCents  int64  `json:"discount_cents"`
-	TotalCents     int64  `json:"total_cents"`
-}
-
-var orderNoPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
-
 // validateCreate refuses malformed create requests before the middleware
 // claims a key, so bad input writes nothing: a body that is not a create
 // request is 400, a user_id that is not the caller's is 403.
@@ -343,13 +323,8 @@ func validateCreate(next http.Handler) http.Handler {
 			badRequest(w, "body must be a JSON object {user_id, sku_id, quantity, coupon_id?}: "+err.Error())
 			return
 		}
-		if req.OrderNo != "" && !orderNoPattern.MatchString(req.OrderNo) {
-			badRequest(w, "order_no must be 1-64 characters of A-Z a-z 0-9 _ -")
-			return
-		}
-		if uid, _ := userID(r); req.UserID != uid {
-			idempotency.WriteProblem(w, idempotency.NewProblem(http.StatusForbidden, ProblemForbidden,
-				"Forbidden", "user_id must equal X-User-ID"))
+		if uid, _ := userID(r); ValidateCreate(uid, req) != nil {
+			idempotency.WriteProblem(w, ValidateCreate(uid, req))
 			return
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
@@ -358,339 +333,11 @@ func validateCreate(next http.Handler) http.Handler {
 	})
 }
 
-// createOrder prices the order from the catalog (never from the client),
-// redeems the coupon with a guarded transition and inserts the order INIT →
-// CREATED, all in tx.
-func (s *Service) createOrder(ctx context.Context, tx *sql.Tx, r *http.Request) answer {
-	var req CreateRequest
-	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-		return answer{problem: idempotency.NewProblem(http.StatusBadRequest, idempotency.ProblemInvalidBody, "Invalid request body", err.Error())}
-	}
-	if req.Quantity < 1 || req.Quantity > 100 {
-		return unprocessable(ProblemInvalidQuantity, "Invalid quantity", "quantity must be 1-100")
-	}
-	var unitPrice int64
-	err := tx.QueryRowContext(ctx, s.sql.skuPrice, req.SKUID).Scan(&unitPrice)
-	if errors.Is(err, sql.ErrNoRows) {
-		return unprocessable(ProblemUnknownSKU, "Unknown SKU", fmt.Sprintf("sku_id %d is not in the catalog", req.SKUID))
-	}
-	if err != nil {
-		return failure(err)
-	}
-	subtotal := unitPrice * int64(req.Quantity)
-	var discount int64
-	if req.CouponID != nil {
-		res, err := tx.ExecContext(ctx, s.sql.redeemCoupon, *req.CouponID)
-		if err != nil {
-			return failure(err)
-		}
-		if n, err := res.RowsAffected(); err != nil {
-			return failure(err)
-		} else if n != 1 {
-			return unprocessable(ProblemCouponUnavailable, "Coupon unavailable",
-				fmt.Sprintf("coupon %d is unknown or already used", *req.CouponID))
-		}
-		if err := tx.QueryRowContext(ctx, s.sql.couponDiscount, *req.CouponID).Scan(&discount); err != nil {
-			return failure(err)
-		}
-		discount = min(discount, subtotal)
-	}
-
-	scope, key, _ := idempotency.KeyFromContext(ctx)
-	order := &idempotency.Order{
-		OrderNo: req.OrderNo, Scope: scope, IdempotencyKey: key,
-		UserID: req.UserID, SKUID: req.SKUID, Quantity: req.Quantity, CouponID: req.CouponID,
-		UnitPriceCents: unitPrice, DiscountCents: discount, TotalCents: subtotal - discount,
-	}
-	if order.OrderNo == "" {
-		order.OrderNo = newOrderNo()
-	}
-	if err := s.sql.orders.Create(ctx, tx, order); err != nil {
-		if errors.Is(err, idempotency.ErrDuplicateOrder) {
-			return answer{problem: idempotency.NewProblem(http.StatusConflict, "duplicate-order", "Duplicate order",
-				"An order with this order number or idempotency key already exists.")}
-		}
-		return failure(err)
-	}
-	if s.opts.AfterCreate != nil {
-		if err := s.opts.AfterCreate(ctx); err != nil {
-			return failure(err)
-		}
-	}
-	if s.opts.HandlerDelay > 0 {
-		select {
-		case <-time.After(s.opts.HandlerDelay):
-		case <-ctx.Done():
-			return failure(ctx.Err())
-		}
-	}
-	return answer{
-		status: http.StatusCreated,
-		header: http.Header{"Location": {"/orders/" + order.OrderNo}},
-		body:   toResponse(order),
-	}
-}
-
-// transition returns the handler of a guarded order state change.
-func (s *Service) transition(from, to idempotency.OrderStatus) txHandler {
-	return func(ctx context.Context, tx *sql.Tx, r *http.Request) answer {
-		order, err := s.sql.orders.Get(ctx, tx, r.PathValue("order_no"))
-		uid, _ := userID(r)
-		if errors.Is(err, idempotency.ErrOrderNotFound) || (err == nil && order.UserID != uid) {
-			return answer{problem: notFound()}
-		}
-		if err != nil {
-			return failure(err)
-		}
-		err = s.sql.orders.Transition(ctx, tx, order.OrderNo, from, to)
-		var te *idempotency.TransitionError
-		if errors.As(err, &te) {
-			return answer{problem: idempotency.NewProblem(http.StatusConflict, ProblemInvalidTransition,
-				"Invalid transition", fmt.Sprintf("order %s is %s; only a %s order can become %s", order.OrderNo, te.Actual, from, to))}
-		}
-		if err != nil {
-			return failure(err)
-		}
-		order.Status = to
-		return answer{status: http.StatusOK, body: toResponse(order)}
-	}
-}
-
-func (s *Service) getOrder(w http.ResponseWriter, r *http.Request) {
-	order, err := s.sql.orders.Get(r.Context(), s.db, r.PathValue("order_no"))
-	uid, _ := userID(r)
-	if errors.Is(err, idempotency.ErrOrderNotFound) || (err == nil && order.UserID != uid) {
-		idempotency.WriteProblem(w, notFound())
-		return
-	}
-	if err != nil {
-		idempotency.WriteProblem(w, serverProblem(err, "The database failed for a moment. Retry the read."))
-		return
-	}
-	writeJSON(w, http.StatusOK, toResponse(order))
-}
-
-// Recover is the example's idempotency.RecoverFunc, the seed's background
-// check: an abandoned create attempt took effect if purchase_order has a row
-// with the record's scope and key created in the record's period, at or after
-// rec.CreatedAt. The rebuilt snapshot is the 201 the original would have
-// answered.
-//
-// An older row belongs to an earlier period of the key: a key reused after
-// its retention is taken over and its created_at starts again. Finishing the
-// renewed attempt with that row would replay another request's answer,
-// perhaps for another body. So it counts as not found and the key is
-// released; the retry executes, meets UNIQUE (scope, idempotency_key) and
-// answers 409 duplicate-order.
-func (s *Service) Recover(ctx context.Context, rec *idempotency.Record) (*idempotency.Snapshot, bool, error) {
-	var orderNo string
-	var createdAt orderTime
-	err := s.db.QueryRowContext(ctx, s.sql.orderByKey, rec.Scope, rec.Key).Scan(&orderNo, &createdAt)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, false, nil
-	}
-	if err != nil {
-		return nil, false, err
-	}
-	if !createdAt.notBefore(rec.CreatedAt) {
-		return nil, false, nil
-	}
-	order, err := s.sql.orders.Get(ctx, s.db, orderNo)
-	if err != nil {
-		return nil, false, err
-	}
-	order.Status = idempotency.OrderCreated // the answer to the create, whatever happened since
-	body, err := json.Marshal(toResponse(order))
-	if err != nil {
-		return nil, false, err
-	}
-	return &idempotency.Snapshot{
-		StatusCode: http.StatusCreated,
-		Header:     http.Header{"Content-Type": {"application/json"}, "Location": {"/orders/" + orderNo}},
-		Body:       append(body, '\n'),
-	}, true, nil
-}
-
-// orderTime is purchase_order.created_at as read, with the resolution it is
-// stored at: MySQL's DATETIME(6) and PostgreSQL's timestamptz keep
-// microseconds, SQLite's
-// CURRENT_TIMESTAMP text whole seconds. It comes from the database's clock,
-// like the record's created_at, and is read the way the store reads its
-// times (a driver time.Time in UTC, text as UTC), so the two compare without
-// the application's clock. This assumes the service and the store share the
-// database handle, as they do here.
-type orderTime struct {
-	at         time.Time
-	resolution time.Duration
-}
-
-// Scan implements sql.Scanner.
-func (t *orderTime) Scan(v any) error {
-	switch v := v.(type) {
-	case time.Time:
-		t.at, t.resolution = v.UTC(), time.Microsecond
-		return nil
-	case []byte:
-		return t.parse(string(v))
-	case string:
-		return t.parse(v)
-	default:
-		return fmt.Errorf("orderservice: cannot scan %T as purchase_order.created_at", v)
-	}
-}
-
-func (t *orderTime) parse(s string) error {
-	at, err := time.Parse("2006-01-02 15:04:05.999999", s)
-	if err != nil {
-		return fmt.Errorf("orderservice: purchase_order.created_at %q: %w", s, err)
-	}
-	t.at, t.resolution = at, time.Second
-	if strings.Contains(s, ".") {
-		t.resolution = time.Microsecond
-	}
-	return nil
-}
-
-// notBefore reports whether the order was created at or after periodStart,
-// compared at the order time's resolution: an order stamped 12:00:00 may have
-// been written at 12:00:00.9, after a claim at 12:00:00.5. The tolerance
-// never admits an order of an earlier period, which is older than the
-// takeover by at least that period's retention (Config enforces Retention ≥
-// Lease ≥ 1s).
-func (t orderTime) notBefore(periodStart time.Time) bool {
-	return !t.at.Before(periodStart.Truncate(t.resolution))
-}
-
-func toResponse(o *idempotency.Order) OrderResponse {
-	return OrderResponse{
-		OrderNo: o.OrderNo, Status: string(o.Status), UserID: o.UserID, SKUID: o.SKUID,
-		Quantity: o.Quantity, CouponID: o.CouponID, UnitPriceCents: o.UnitPriceCents,
-		DiscountCents: o.DiscountCents, TotalCents: o.TotalCents,
-	}
-}
-
-func newOrderNo() string {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return "O" + time.Now().UTC().Format("20060102") + hex.EncodeToString(b[:])
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	body, err := json.Marshal(v)
-	if err != nil {
-		internalError(w, err)
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_, _ = w.Write(append(body, '\n'))
-}
-
-func unprocessable(kind, title, detail string) answer {
-	return answer{problem: idempotency.NewProblem(http.StatusUnprocessableEntity, kind, title, detail)}
-}
-
-// failure is a server-side error of a write handler. The middleware treats
-// every 5xx as not final: the transaction rolls back, the key is released and
-// a retry executes again. So a transient error is 503 with Retry-After (the
-// retry will likely succeed, and clients and proxies know to make it), and
-// anything else 500 (a bug, which a retry would likely meet again).
-func failure(err error) answer {
-	return answer{problem: serverProblem(err,
-		"The database failed for a moment; nothing was recorded. Retry with the same key.")}
-}
-
-// serverProblem classifies err: 503 store-unavailable with Retry-After and
-// transientDetail when idempotency.IsTransient, else 500 execution-failed.
-func serverProblem(err error, transientDetail string) *idempotency.Problem {
-	if idempotency.IsTransient(err) {
-		p := idempotency.NewProblem(http.StatusServiceUnavailable, idempotency.ProblemStoreUnavailable,
-			"Database unavailable", transientDetail)
-		p.RetryAfter = 1
-		return p
-	}
-	return idempotency.NewProblem(http.StatusInternalServerError,
-		idempotency.ProblemExecutionFailed, "Internal error", err.Error())
-}
-
-// commitFailure answers a failed COMMIT of the unprotected baseline. Unlike
-// any earlier failure it cannot say "nothing was recorded": a connection
-// lost during COMMIT leaves the outcome unknown, and without the middleware
-// nothing finds it out.
-func commitFailure(err error) *idempotency.Problem {
-	if idempotency.IsTransient(err) {
-		p := idempotency.NewProblem(http.StatusServiceUnavailable, idempotency.ProblemCommitUnknown, "Outcome unknown",
-			"The database failed during commit; the write may or may not have taken effect. This route is unprotected: a retry may apply it twice.")
-		p.RetryAfter = 1
-		return p
-	}
-	return idempotency.NewProblem(http.StatusInternalServerError,
-		idempotency.ProblemExecutionFailed, "Internal error", "commit: "+err.Error())
-}
-
 func internalError(w http.ResponseWriter, err error) {
-	idempotency.WriteProblem(w, failure(err).problem)
+	idempotency.WriteProblem(w, failure(err).Problem)
 }
 
 func badRequest(w http.ResponseWriter, detail string) {
 	idempotency.WriteProblem(w, idempotency.NewProblem(http.StatusBadRequest,
 		idempotency.ProblemInvalidBody, "Invalid request body", detail))
-}
-
-func notFound() *idempotency.Problem {
-	return idempotency.NewProblem(http.StatusNotFound, ProblemNotFound, "Not found", "No such order for this user.")
-}
-
-//go:embed schema/*.sql
-var schema embed.FS
-
-// Setup applies the idempotency migrations of dialect ("mysql", "sqlite" or
-// "postgres"), creates the catalog tables and seeds SKUs 20001–20100 and
-// coupons 1–1000. It is safe to call on every start. The "postgres"
-// migrations are registered by the postgres module: a program that calls
-// Setup with it imports github.com/orderguard/idempotency/postgres.
-func Setup(ctx context.Context, db *sql.DB, dialect string) error {
-	st, err := dialectStatements(dialect)
-	if err != nil {
-		return err
-	}
-	if err := migrations.Apply(ctx, db, dialect); err != nil {
-		return err
-	}
-	script, err := schema.ReadFile("schema/" + dialect + ".sql")
-	if err != nil {
-		return fmt.Errorf("orderservice: unknown dialect %q", dialect)
-	}
-	for _, stmt := range migrations.Statements(string(script)) {
-		if _, err := db.ExecContext(ctx, stmt); err != nil {
-			return fmt.Errorf("orderservice: schema: %w", err)
-		}
-	}
-	// A restart finds the catalog seeded: one query instead of 1,100
-	// inserts that would change nothing (a seed never resets a row).
-	var skus, coupons int64
-	if err := db.QueryRowContext(ctx, fmt.Sprintf(
-		"SELECT (SELECT COUNT(*) FROM sku WHERE id BETWEEN %d AND %d), (SELECT COUNT(*) FROM coupon WHERE id BETWEEN %d AND %d)",
-		FirstSKU, LastSKU, FirstCoupon, LastCoupon)).Scan(&skus, &coupons); err != nil {
-		return fmt.Errorf("orderservice: count catalog: %w", err)
-	}
-	if skus == LastSKU-FirstSKU+1 && coupons == LastCoupon-FirstCoupon+1 {
-		return nil
-	}
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback() //nolint:errcheck
-	for id := int64(FirstSKU); id <= LastSKU; id++ {
-		if _, err := tx.ExecContext(ctx, st.seedSKU, id, fmt.Sprintf("SKU %d", id), SKUPriceCents(id)); err != nil {
-			return fmt.Errorf("orderservice: seed sku: %w", err)
-		}
-	}
-	for id := int64(FirstCoupon); id <= LastCoupon; id++ {
-		if _, err := tx.ExecContext(ctx, st.seedCoupon, id, CouponDiscountCents); err != nil {
-			return fmt.Errorf("orderservice: seed coupon: %w", err)
-		}
-	}
-	return tx.Commit()
 }

@@ -1,0 +1,275 @@
+package orderservice
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"regexp"
+	"time"
+
+	"github.com/orderguard/idempotency"
+)
+
+// The service's operations, free of any transport: the HTTP handlers
+// (orderservice.go), the gRPC server and the queue consumer all call them
+// and translate the Reply.
+
+// CreateFields is the create action's fingerprint allow-list, the seed's
+// whitelist DTO: only what changes the order counts.
+var CreateFields = []string{"user_id", "sku_id", "quantity", "coupon_id"}
+
+// Reply is the answer of an operation: an HTTP status with an order, or a
+// problem. Other transports map the status and problem kind to their own.
+type Reply struct {
+	Status  int
+	Header  http.Header
+	Order   *OrderResponse
+	Problem *idempotency.Problem
+}
+
+// Body returns the reply as the HTTP answer carries it: the order as JSON
+// (with a final newline) or the problem as application/problem+json.
+func (r Reply) Body() (contentType string, body []byte) {
+	if r.Problem != nil {
+		b, _ := json.Marshal(r.Problem)
+		return "application/problem+json", b
+	}
+	b, _ := json.Marshal(r.Order)
+	return "application/json", append(b, '\n')
+}
+
+// StatusCode is the HTTP status of the reply.
+func (r Reply) StatusCode() int {
+	if r.Problem != nil {
+		return r.Problem.Status
+	}
+	return r.Status
+}
+
+// Write writes the reply as the HTTP answer.
+func (r Reply) Write(w http.ResponseWriter) {
+	if r.Problem != nil {
+		idempotency.WriteProblem(w, r.Problem)
+		return
+	}
+	for k, v := range r.Header {
+		w.Header()[k] = v
+	}
+	_, body := r.Body()
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(r.Status)
+	_, _ = w.Write(body)
+}
+
+// CreateRequest is the body of POST /orders. Only the first four fields are
+// the order; OrderNo lets a client propose the order number (the weak guard
+// the simulation compares against) and is not part of the fingerprint.
+type CreateRequest struct {
+	UserID   int64  `json:"user_id"`
+	SKUID    int64  `json:"sku_id"`
+	Quantity int    `json:"quantity"`
+	CouponID *int64 `json:"coupon_id,omitempty"`
+	OrderNo  string `json:"order_no,omitempty"`
+}
+
+// OrderResponse is the body of a created or read order.
+type OrderResponse struct {
+	OrderNo        string `json:"order_no"`
+	Status         string `json:"status"`
+	UserID         int64  `json:"user_id"`
+	SKUID          int64  `json:"sku_id"`
+	Quantity       int    `json:"quantity"`
+	CouponID       *int64 `json:"coupon_id"`
+	UnitPriceCents int64  `json:"unit_price_cents"`
+	DiscountCents  int64  `json:"discount_cents"`
+	TotalCents     int64  `json:"total_cents"`
+}
+
+var orderNoPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// ValidateCreate checks a create request against its principal before
+// anything is claimed, so bad input writes nothing: a proposed order number
+// of the wrong form is 400, a user_id that is not the principal's is 403.
+// It returns nil for a valid request.
+func ValidateCreate(userID int64, req CreateRequest) *idempotency.Problem {
+	if req.OrderNo != "" && !orderNoPattern.MatchString(req.OrderNo) {
+		return idempotency.NewProblem(http.StatusBadRequest, idempotency.ProblemInvalidBody, "Invalid request body",
+			"order_no must be 1-64 characters of A-Z a-z 0-9 _ -")
+	}
+	if req.UserID != userID {
+		return idempotency.NewProblem(http.StatusForbidden, ProblemForbidden, "Forbidden", "user_id must equal X-User-ID")
+	}
+	return nil
+}
+
+// Create prices the order from the catalog (never from the client), redeems
+// the coupon with a guarded transition and inserts the order INIT → CREATED,
+// all in tx, for the principal userID (whom ValidateCreate has checked
+// against req). The order carries the scope and key of the idempotent
+// execution in ctx, if any.
+func (s *Service) Create(ctx context.Context, tx *sql.Tx, userID int64, req CreateRequest) Reply {
+	_ = userID // the principal; req.UserID equals it (ValidateCreate)
+	if req.Quantity < 1 || req.Quantity > 100 {
+		return unprocessable(ProblemInvalidQuantity, "Invalid quantity", "quantity must be 1-100")
+	}
+	var unitPrice int64
+	err := tx.QueryRowContext(ctx, s.sql.skuPrice, req.SKUID).Scan(&unitPrice)
+	if errors.Is(err, sql.ErrNoRows) {
+		return unprocessable(ProblemUnknownSKU, "Unknown SKU", fmt.Sprintf("sku_id %d is not in the catalog", req.SKUID))
+	}
+	if err != nil {
+		return failure(err)
+	}
+	subtotal := unitPrice * int64(req.Quantity)
+	var discount int64
+	if req.CouponID != nil {
+		res, err := tx.ExecContext(ctx, s.sql.redeemCoupon, *req.CouponID)
+		if err != nil {
+			return failure(err)
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return failure(err)
+		} else if n != 1 {
+			return unprocessable(ProblemCouponUnavailable, "Coupon unavailable",
+				fmt.Sprintf("coupon %d is unknown or already used", *req.CouponID))
+		}
+		if err := tx.QueryRowContext(ctx, s.sql.couponDiscount, *req.CouponID).Scan(&discount); err != nil {
+			return failure(err)
+		}
+		discount = min(discount, subtotal)
+	}
+
+	scope, key, _ := idempotency.KeyFromContext(ctx)
+	order := &idempotency.Order{
+		OrderNo: req.OrderNo, Scope: scope, IdempotencyKey: key,
+		UserID: req.UserID, SKUID: req.SKUID, Quantity: req.Quantity, CouponID: req.CouponID,
+		UnitPriceCents: unitPrice, DiscountCents: discount, TotalCents: subtotal - discount,
+	}
+	if order.OrderNo == "" {
+		order.OrderNo = newOrderNo()
+	}
+	if err := s.sql.orders.Create(ctx, tx, order); err != nil {
+		if errors.Is(err, idempotency.ErrDuplicateOrder) {
+			return Reply{Problem: idempotency.NewProblem(http.StatusConflict, "duplicate-order", "Duplicate order",
+				"An order with this order number or idempotency key already exists.")}
+		}
+		return failure(err)
+	}
+	if s.opts.AfterCreate != nil {
+		if err := s.opts.AfterCreate(ctx); err != nil {
+			return failure(err)
+		}
+	}
+	if s.opts.HandlerDelay > 0 {
+		select {
+		case <-time.After(s.opts.HandlerDelay):
+		case <-ctx.Done():
+			return failure(ctx.Err())
+		}
+	}
+	resp := toResponse(order)
+	return Reply{Status: http.StatusCreated, Header: http.Header{"Location": {"/orders/" + order.OrderNo}}, Order: &resp}
+}
+
+// Transition moves the principal's order orderNo from one status to
+// another by a guarded transition in tx (cancel: CREATED → CANCELED; pay:
+// CREATED → PAID). Another user's order is not found.
+func (s *Service) Transition(ctx context.Context, tx *sql.Tx, userID int64, orderNo string, from, to idempotency.OrderStatus) Reply {
+	order, err := s.sql.orders.Get(ctx, tx, orderNo)
+	if errors.Is(err, idempotency.ErrOrderNotFound) || (err == nil && order.UserID != userID) {
+		return Reply{Problem: notFound()}
+	}
+	if err != nil {
+		return failure(err)
+	}
+	err = s.sql.orders.Transition(ctx, tx, order.OrderNo, from, to)
+	var te *idempotency.TransitionError
+	if errors.As(err, &te) {
+		return Reply{Problem: idempotency.NewProblem(http.StatusConflict, ProblemInvalidTransition,
+			"Invalid transition", fmt.Sprintf("order %s is %s; only a %s order can become %s", order.OrderNo, te.Actual, from, to))}
+	}
+	if err != nil {
+		return failure(err)
+	}
+	order.Status = to
+	resp := toResponse(order)
+	return Reply{Status: http.StatusOK, Order: &resp}
+}
+
+// Get reads the principal's order orderNo; another user's is not found.
+func (s *Service) Get(ctx context.Context, userID int64, orderNo string) Reply {
+	order, err := s.sql.orders.Get(ctx, s.db, orderNo)
+	if errors.Is(err, idempotency.ErrOrderNotFound) || (err == nil && order.UserID != userID) {
+		return Reply{Problem: notFound()}
+	}
+	if err != nil {
+		return Reply{Problem: serverProblem(err, "The database failed for a moment. Retry the read.")}
+	}
+	resp := toResponse(order)
+	return Reply{Status: http.StatusOK, Order: &resp}
+}
+
+func toResponse(o *idempotency.Order) OrderResponse {
+	return OrderResponse{
+		OrderNo: o.OrderNo, Status: string(o.Status), UserID: o.UserID, SKUID: o.SKUID,
+		Quantity: o.Quantity, CouponID: o.CouponID, UnitPriceCents: o.UnitPriceCents,
+		DiscountCents: o.DiscountCents, TotalCents: o.TotalCents,
+	}
+}
+
+func newOrderNo() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return "O" + time.Now().UTC().Format("20060102") + hex.EncodeToString(b[:])
+}
+
+func unprocessable(kind, title, detail string) Reply {
+	return Reply{Problem: idempotency.NewProblem(http.StatusUnprocessableEntity, kind, title, detail)}
+}
+
+// failure is a server-side error of a write handler. The middleware treats
+// every 5xx as not final: the transaction rolls back, the key is released and
+// a retry executes again. So a transient error is 503 with Retry-After (the
+// retry will likely succeed, and clients and proxies know to make it), and
+// anything else 500 (a bug, which a retry would likely meet again).
+func failure(err error) Reply {
+	return Reply{Problem: serverProblem(err,
+		"The database failed for a moment; nothing was recorded. Retry with the same key.")}
+}
+
+// serverProblem classifies err: 503 store-unavailable with Retry-After and
+// transientDetail when idempotency.IsTransient, else 500 execution-failed.
+func serverProblem(err error, transientDetail string) *idempotency.Problem {
+	if idempotency.IsTransient(err) {
+		p := idempotency.NewProblem(http.StatusServiceUnavailable, idempotency.ProblemStoreUnavailable,
+			"Database unavailable", transientDetail)
+		p.RetryAfter = 1
+		return p
+	}
+	return idempotency.NewProblem(http.StatusInternalServerError,
+		idempotency.ProblemExecutionFailed, "Internal error", err.Error())
+}
+
+// commitFailure answers a failed COMMIT of the unprotected baseline. Unlike
+// any earlier failure it cannot say "nothing was recorded": a connection
+// lost during COMMIT leaves the outcome unknown, and without the middleware
+// nothing finds it out.
+func commitFailure(err error) *idempotency.Problem {
+	if idempotency.IsTransient(err) {
+		p := idempotency.NewProblem(http.StatusServiceUnavailable, idempotency.ProblemCommitUnknown, "Outcome unknown",
+			"The database failed during commit; the write may or may not have taken effect. This route is unprotected: a retry may apply it twice.")
+		p.RetryAfter = 1
+		return p
+	}
+	return idempotency.NewProblem(http.StatusInternalServerError,
+		idempotency.ProblemExecutionFailed, "Internal error", "commit: "+err.Error())
+}
+
+func notFound() *idempotency.Problem {
+	return idempotency.NewProblem(http.StatusNotFound, ProblemNotFound, "Not found", "No such order for this user.")
+}
