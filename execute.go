@@ -140,7 +140,8 @@ func (a *attempt) runHandler() (*handlerResult, error) {
 			}
 		}()
 		r := a.run(context.WithValue(handlerCtx, contextKey{}, exec))
-		res.status, res.header, res.body, res.overflowed = r.Status, r.Header, r.Body, r.TooLarge
+		res.status, res.header, res.body = r.Status, r.Header, r.Body
+		res.overflowed = r.TooLarge || len(r.Body) > a.m.cfg.MaxSnapshotBytes
 		res.panicked, res.aborted = r.Abort, r.Abort != nil
 	}()
 	if res.panicked != nil {

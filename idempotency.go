@@ -55,6 +55,11 @@ func New(store Store, cfg *Config) (*Middleware, error) {
 // a front-end must be able to run it again.
 func (m *Middleware) Mode() Mode { return m.cfg.Mode }
 
+// Config returns the route's configuration with its defaults applied, for
+// front-ends that read an action themselves (the key's syntax and length,
+// the body limit, whether a key is optional).
+func (m *Middleware) Config() Config { return m.cfg }
+
 // Handler wraps next, the create-order (or any non-idempotent) handler. next
 // runs at most once per (scope, key) and fingerprint; it finds its
 // transaction with TxFromContext.

@@ -2,6 +2,7 @@ package client
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -22,9 +23,10 @@ const maxDrainBytes = 64 << 10
 // http.Client.Do for Client.
 type sendFunc func(*http.Request) (*http.Response, error)
 
-// run is the single retry loop behind Transport and Client. It consumes and
-// closes req.Body, never modifies req itself, and returns the final response
-// or error together with the number of attempts sent.
+// run is the retry loop behind Transport and Client (Policy.Retry with
+// HTTP's rules). It consumes and closes req.Body, never modifies req itself,
+// and returns the final response or error together with the number of
+// attempts sent.
 func (p Policy) run(req *http.Request, send sendFunc) (*http.Response, int, error) {
 	p = p.withDefaults()
 	if err := checkKeyHeader(req.Header, p.HeaderName); err != nil {
@@ -35,49 +37,84 @@ func (p Policy) run(req *http.Request, send sendFunc) (*http.Response, int, erro
 	if err != nil {
 		return nil, 0, err
 	}
+	var resp *http.Response
+	attempts, err := p.Retry(req.Context(), func(int) Outcome {
+		discard(resp) // the previous attempt's, not returned
+		var err error
+		resp, err = send(attemptRequest(req, body))
+		switch {
+		case err != nil && (req.Context().Err() != nil || resp != nil):
+			// The caller gave up, and the error already says so; or
+			// http.Client's CheckRedirect refused: a local decision that
+			// would repeat on every attempt.
+			resp = nil
+			return Outcome{Err: err}
+		case err != nil:
+			return Outcome{Retry: true, Err: err}
+		case !retryable(resp):
+			return Outcome{}
+		}
+		wait, _ := retryAfter(resp.Header, p.Now())
+		return Outcome{Retry: true, Wait: wait, Err: errors.New("HTTP " + resp.Status), Answered: true}
+	})
+	if err != nil {
+		discard(resp) // a retryable answer, if the caller's context ended after it
+		return nil, attempts, err
+	}
+	return resp, attempts, nil
+}
 
-	ctx := req.Context()
+// Outcome is one attempt's outcome as Policy.Retry's attempt reports it.
+type Outcome struct {
+	// Retry says the outcome is one the contract calls retryable: a
+	// transport error, an answer in progress, an infrastructure fault.
+	Retry bool
+	// Wait is how long the server asked to wait (Retry-After, gRPC's
+	// RetryInfo), or 0: then the policy's backoff applies.
+	Wait time.Duration
+	// Err describes a failed attempt: the error Retry returns when it stops
+	// on it, or wraps when it gives up after it.
+	Err error
+	// Answered says the attempt got an answer (a retryable one): when the
+	// budget runs out after it, Retry returns nil and the caller returns
+	// that answer instead of an error.
+	Answered bool
+}
+
+// Retry runs attempt until its outcome is final, under the policy's budget,
+// and returns the number of attempts made. It is the one retry loop of the
+// contract, whatever the transport: Client and Transport run HTTP requests
+// through it, the gRPC client interceptor (module
+// github.com/orderguard/idempotency/grpc) unary calls. Between attempts it
+// waits the outcome's Wait, or else the backoff; it stops when ctx ends, when
+// MaxAttempts are made, or when the next wait would end after MaxElapsed.
+// An error means no final outcome: attempt's own error for a final failed
+// outcome, ErrGaveUp with the last error, or the context's error.
+func (p Policy) Retry(ctx context.Context, attempt func(n int) Outcome) (attempts int, err error) {
+	p = p.withDefaults()
 	deadline := p.Now().Add(p.MaxElapsed)
 	var lastErr error
-	for attempt := 1; ; attempt++ {
+	for n := 1; ; n++ {
 		if err := ctx.Err(); err != nil {
-			return nil, attempt - 1, stopped(attempt-1, err, lastErr)
+			return n - 1, stopped(n-1, err, lastErr)
 		}
-		resp, err := send(attemptRequest(req, body))
-
-		var wait time.Duration
-		if err != nil {
-			if ctx.Err() != nil {
-				// The caller gave up; the error already says so.
-				return nil, attempt, err
-			}
-			if resp != nil {
-				// Only http.Client does this, when its CheckRedirect refuses:
-				// a local decision that would repeat on every attempt.
-				return nil, attempt, err
-			}
-			lastErr = err
-			wait = p.backoff(attempt)
-		} else {
-			if !retryable(resp) {
-				return resp, attempt, nil
-			}
-			lastErr = errors.New("HTTP " + resp.Status)
-			var ok bool
-			if wait, ok = retryAfter(resp.Header, p.Now()); !ok {
-				wait = p.backoff(attempt)
-			}
+		o := attempt(n)
+		if !o.Retry {
+			return n, o.Err
 		}
-
-		if (p.MaxAttempts > 0 && attempt >= p.MaxAttempts) || wait > deadline.Sub(p.Now()) {
-			if resp != nil {
-				return resp, attempt, nil
-			}
-			return nil, attempt, fmt.Errorf("%w after %d attempts: %w", ErrGaveUp, attempt, err)
+		lastErr = o.Err
+		wait := o.Wait
+		if wait <= 0 {
+			wait = p.backoff(n)
 		}
-		discard(resp)
+		if (p.MaxAttempts > 0 && n >= p.MaxAttempts) || wait > deadline.Sub(p.Now()) {
+			if o.Answered {
+				return n, nil
+			}
+			return n, fmt.Errorf("%w after %d attempts: %w", ErrGaveUp, n, o.Err)
+		}
 		if err := p.Sleep(ctx, wait); err != nil {
-			return nil, attempt, stopped(attempt, err, lastErr)
+			return n, stopped(n, err, lastErr)
 		}
 	}
 }
@@ -92,16 +129,29 @@ func stopped(attempts int, err, last error) error {
 	return fmt.Errorf("idempotency client: stopped after %d attempts (last: %v): %w", attempts, last, err)
 }
 
-// retryable reports whether resp is a transient answer that the same request
-// with the same key may turn into a final one. A 409 is retried only for
-// in-progress: any other conflict, key-reused above all, is final.
+// retryable reports whether resp is a transient answer (Retryable).
 func retryable(resp *http.Response) bool {
-	switch resp.StatusCode {
+	kind := ""
+	if resp.StatusCode == http.StatusConflict { // only then does the kind matter
+		kind = readProblem(resp).Kind()
+	}
+	return Retryable(resp.StatusCode, kind)
+}
+
+// Retryable reports whether an answer with this HTTP status and problem
+// kind is transient: the same request with the same key may turn it into a
+// final one. That is 429, 502, 503 and 504, and a 409 only for in-progress:
+// any other conflict, key-reused above all, is final. Transports other than
+// HTTP map their codes onto it (the gRPC client interceptor maps
+// UNAVAILABLE to 503, ABORTED in progress to 409 in-progress), so every
+// client of the contract retries the same answers.
+func Retryable(status int, problemKind string) bool {
+	switch status {
 	case http.StatusTooManyRequests, http.StatusBadGateway,
 		http.StatusServiceUnavailable, http.StatusGatewayTimeout:
 		return true
 	case http.StatusConflict:
-		return readProblem(resp).Kind() == ProblemInProgress
+		return problemKind == ProblemInProgress
 	default:
 		return false
 	}
