@@ -34,7 +34,7 @@ func TestRetry_WaitsTheServersHintElseTheBackoff_StopsAtTheFinalOutcome(t *testi
 	outcomes := []Outcome{
 		{Retry: true, Wait: 2 * time.Second, Answered: true}, // in progress, Retry-After 2
 		{Retry: true, Err: errors.New("connection reset")},   // transport error: backoff
-		{},                                                   // final
+		{}, // final
 	}
 	attempts, err := p.Retry(context.Background(), func(n int) Outcome { return outcomes[n-1] })
 	require.NoError(t, err)
