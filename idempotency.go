@@ -92,6 +92,18 @@ func (m *Middleware) Do(ctx context.Context, action Action, run RunFunc) Answer 
 	return a.protect(run)
 }
 
+// Reject answers an action that its front-end refused before the protocol
+// could run it: a key of the wrong syntax, no principal, a message that
+// does not parse or is too large. The answer is err's problem (a *Problem,
+// or one of ErrMissingKey, ErrInvalidKey, ErrInvalidBody, ErrBodyTooLarge
+// and ErrUnsupportedMediaType), reported to the Observer as OutcomeInvalid
+// as Handler reports its own refusals. Nothing is written.
+func (m *Middleware) Reject(ctx context.Context, err error) Answer {
+	a := m.newAttempt(ctx)
+	a.reject(err)
+	return a.answer
+}
+
 // attempt is one request's way through the protocol, whatever its
 // transport.
 type attempt struct {

@@ -100,6 +100,11 @@ func newKeyAt(t time.Time) string {
 	return string(s[:])
 }
 
+// CheckKey reports ErrNoKey for an empty key and ErrInvalidKey for one the
+// server would refuse, as Client checks before sending: for transports other
+// than HTTP (the gRPC client interceptor).
+func CheckKey(key string) error { return checkKey(key) }
+
 // checkKey reports ErrNoKey for an empty key and ErrInvalidKey unless key is
 // at most MaxKeyLength visible ASCII characters, matching the server's rule
 // so a doomed request is not sent at all.

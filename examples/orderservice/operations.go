@@ -107,6 +107,27 @@ func ValidateCreate(userID int64, req CreateRequest) *idempotency.Problem {
 	return nil
 }
 
+// Unprotected runs op in a plain transaction, committed on a 2xx and rolled
+// back otherwise: a write without the idempotency protocol, the baseline of
+// the benchmarks (Options.Idempotency false) over every transport. A
+// failed COMMIT is answered commit-outcome-unknown: nothing finds the
+// outcome out.
+func (s *Service) Unprotected(ctx context.Context, op func(tx *sql.Tx) Reply) Reply {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return failure(err)
+	}
+	r := op(tx)
+	if r.Problem != nil || r.Status < 200 || r.Status > 299 {
+		_ = tx.Rollback()
+		return r
+	}
+	if err := tx.Commit(); err != nil {
+		return Reply{Problem: commitFailure(err)}
+	}
+	return r
+}
+
 // Create prices the order from the catalog (never from the client), redeems
 // the coupon with a guarded transition and inserts the order INIT → CREATED,
 // all in tx, for the principal userID (whom ValidateCreate has checked

@@ -231,21 +231,7 @@ func (s *Service) getOrder(w http.ResponseWriter, r *http.Request) {
 func (s *Service) protect(route string, fp idempotency.FingerprintConfig, h txHandler) (http.Handler, error) {
 	if !s.opts.Idempotency {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			tx, err := s.db.BeginTx(r.Context(), nil)
-			if err != nil {
-				internalError(w, err)
-				return
-			}
-			a := h(r.Context(), tx, r)
-			if a.Problem == nil && a.Status >= 200 && a.Status < 300 {
-				if err := tx.Commit(); err != nil {
-					idempotency.WriteProblem(w, commitFailure(err))
-					return
-				}
-			} else {
-				_ = tx.Rollback()
-			}
-			a.Write(w)
+			s.Unprotected(r.Context(), func(tx *sql.Tx) Reply { return h(r.Context(), tx, r) }).Write(w)
 		}), nil
 	}
 	cfg := s.opts.Config

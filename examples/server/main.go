@@ -29,7 +29,6 @@ package main
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"flag"
 	"fmt"
@@ -38,21 +37,18 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/orderguard/idempotency"
 	"github.com/orderguard/idempotency/docs"
+	"github.com/orderguard/idempotency/examples/internal/dburl"
 	"github.com/orderguard/idempotency/examples/orderservice"
 	"github.com/orderguard/idempotency/metrics"
-	"github.com/orderguard/idempotency/postgres"
-	"github.com/orderguard/idempotency/sqlite"
 )
 
 func main() {
@@ -79,7 +75,7 @@ func parseFlags(args []string) (flags, error) {
 	var f flags
 	fs := flag.NewFlagSet("server", flag.ContinueOnError)
 	fs.StringVar(&f.addr, "addr", "127.0.0.1:8080", "listen address")
-	fs.StringVar(&f.db, "db", "sqlite://orders.db", "database: sqlite://PATH, mysql://DSN (a go-sql-driver DSN) or postgres://… (a pgx connection string URL)")
+	fs.StringVar(&f.db, "db", "sqlite://orders.db", dburl.Usage)
 	fs.StringVar(&f.mode, "mode", "claim-first", "recording mode: claim-first or single-phase")
 	fs.DurationVar(&f.reconcileInterval, "reconcile-interval", 5*time.Second, "how often abandoned claims are settled (0 = off)")
 	fs.DurationVar(&f.purgeInterval, "purge-interval", time.Minute, "how often expired records are deleted (0 = off)")
@@ -112,7 +108,7 @@ func run(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	db, store, dialect, err := openDB(f.db)
+	db, store, dialect, err := dburl.Open(ctx, f.db)
 	if err != nil {
 		return err
 	}
@@ -149,10 +145,10 @@ func run(args []string) error {
 		return err
 	}
 	if f.idempotency {
-		if r := newReconciler(f, log, store, svc, obs); r != nil {
-			go func() { _ = r.Run(ctx) }()
-		}
-		go runPurge(ctx, log, store, obs, f.purgeInterval)
+		go orderservice.Maintenance{
+			Store: store, Reconciler: newReconciler(f, log, store, svc, obs),
+			PurgeInterval: f.purgeInterval, Logger: log, Observer: obs,
+		}.Run(ctx)
 	}
 
 	mux := routes(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), crashBeforeResponse(point, svc))
@@ -197,67 +193,5 @@ func serveOpenAPI(w http.ResponseWriter, _ *http.Request) {
 // any other: without it the Reconciler's 24h default would apply, whatever
 // the flag says.
 func newReconciler(f flags, log *slog.Logger, store idempotency.Store, svc *orderservice.Service, obs idempotency.Observer) *idempotency.Reconciler {
-	if f.reconcileInterval <= 0 {
-		return nil
-	}
-	return &idempotency.Reconciler{
-		Store: store, Recover: svc.Recover,
-		Interval: f.reconcileInterval, Retention: f.retention,
-		Logger: log, Observer: obs,
-	}
-}
-
-// runPurge deletes expired final records in bounded batches.
-func runPurge(ctx context.Context, log *slog.Logger, store idempotency.Store, obs idempotency.Observer, every time.Duration) {
-	if every <= 0 {
-		return
-	}
-	ticker := time.NewTicker(every)
-	defer ticker.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-ticker.C:
-		}
-		n, err := idempotency.Purge(ctx, store, 1000, obs)
-		if err != nil && ctx.Err() == nil {
-			log.Error("purge failed", "err", err)
-		} else if n > 0 {
-			log.Info("purged expired idempotency records", "count", n)
-		}
-	}
-}
-
-// openDB opens sqlite://PATH, mysql://DSN (see orderservice.OpenMySQL) or
-// postgres://… (postgresql://…), a pgx connection string URL passed whole
-// to postgres.Open; Setup migrates it. It returns the dialect's name as
-// orderservice.Setup and orderservice.Options know it.
-func openDB(url string) (*sql.DB, idempotency.Store, string, error) {
-	switch {
-	case strings.HasPrefix(url, "sqlite://"):
-		db, err := sqlite.Open(strings.TrimPrefix(url, "sqlite://"))
-		if err != nil {
-			return nil, nil, "", err
-		}
-		return db, sqlite.NewStore(db), "sqlite", nil
-	case strings.HasPrefix(url, "mysql://"):
-		cfg, err := mysql.ParseDSN(strings.TrimPrefix(url, "mysql://"))
-		if err != nil {
-			return nil, nil, "", fmt.Errorf("-db: %w", err)
-		}
-		db, err := orderservice.OpenMySQL(context.Background(), cfg)
-		if err != nil {
-			return nil, nil, "", fmt.Errorf("-db: %w", err)
-		}
-		return db, idempotency.NewMySQLStore(db), "mysql", nil
-	case strings.HasPrefix(url, "postgres://"), strings.HasPrefix(url, "postgresql://"):
-		db, err := postgres.Open(url)
-		if err != nil {
-			return nil, nil, "", fmt.Errorf("-db: %w", err)
-		}
-		return db, postgres.NewStore(db), "postgres", nil
-	default:
-		return nil, nil, "", fmt.Errorf("-db %q: want sqlite://PATH, mysql://DSN or postgres://USER@HOST:PORT/DB", url)
-	}
+	return orderservice.Reconciler(store, svc, f.reconcileInterval, f.retention, log, obs)
 }

@@ -1,0 +1,120 @@
+package idemgrpc
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/orderguard/idempotency/client"
+)
+
+type keyContext struct{}
+
+// WithKey returns a context whose unary calls through
+// UnaryClientInterceptor carry key: the one key of a business action, which
+// a retry of the action reuses, in this process or after a restart
+// (client.KeyFor derives one from a run and an action id).
+func WithKey(ctx context.Context, key string) context.Context {
+	return context.WithValue(ctx, keyContext{}, key)
+}
+
+// UnaryClientInterceptor sends each unary call under one idempotency key and
+// retries it under p, as package client does over HTTP: the key from
+// WithKey (or already in the outgoing metadata), else one made for the call
+// (client.NewKey), never one per attempt. It retries what the contract
+// calls retryable (client.Retryable): UNAVAILABLE (a fault, or a connection
+// lost before the answer: the retry learns the outcome), ABORTED (in
+// progress, or a handler's conflict), RESOURCE_EXHAUSTED and
+// DEADLINE_EXCEEDED of an attempt, waiting the server's RetryInfo where it
+// sends one. Every other answer is final, KEY_REUSED above all. A key that
+// is not valid (client's rules) fails the call with INVALID_ARGUMENT before
+// anything is sent.
+func UnaryClientInterceptor(p client.Policy) grpc.UnaryClientInterceptor {
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		ctx, err := withCallKey(ctx)
+		if err != nil {
+			return err
+		}
+		var last error
+		_, err = p.Retry(ctx, func(int) client.Outcome {
+			last = invoker(ctx, method, req, reply, cc, opts...)
+			if last == nil || ctx.Err() != nil {
+				return client.Outcome{Err: last}
+			}
+			st := status.Convert(last)
+			httpStatus, kind, wait := contractAnswer(st)
+			return client.Outcome{Retry: client.Retryable(httpStatus, kind), Wait: wait, Err: last, Answered: true}
+		})
+		if last != nil {
+			return last
+		}
+		return err
+	}
+}
+
+// withCallKey puts the call's key into the outgoing metadata, unless one is
+// there already.
+func withCallKey(ctx context.Context) (context.Context, error) {
+	md, _ := metadata.FromOutgoingContext(ctx)
+	switch keys := md.Get(MetadataKey); len(keys) {
+	case 0:
+	case 1:
+		if err := client.CheckKey(keys[0]); err != nil {
+			return ctx, status.Errorf(codes.InvalidArgument, "idemgrpc: %v", err)
+		}
+		return ctx, nil
+	default:
+		return ctx, status.Errorf(codes.InvalidArgument, "idemgrpc: the call carries %d %s values; send one", len(keys), MetadataKey)
+	}
+	key, ok := ctx.Value(keyContext{}).(string)
+	if !ok {
+		key = client.NewKey()
+	}
+	if err := client.CheckKey(key); err != nil {
+		return ctx, status.Errorf(codes.InvalidArgument, "idemgrpc: %v", err)
+	}
+	return metadata.AppendToOutgoingContext(ctx, MetadataKey, key), nil
+}
+
+// contractAnswer is a status as the answer of the HTTP contract it stands
+// for, so that client.Retryable decides for every transport alike: its
+// HTTP status and problem kind, and the wait its RetryInfo asks for.
+func contractAnswer(st *status.Status) (httpStatus int, kind string, wait time.Duration) {
+	for _, d := range st.Details() {
+		switch d := d.(type) {
+		case *errdetails.ErrorInfo:
+			if d.GetDomain() == ErrorDomain {
+				kind = problemKind(d.GetReason())
+			}
+		case *errdetails.RetryInfo:
+			wait = d.GetRetryDelay().AsDuration()
+		}
+	}
+	switch st.Code() {
+	case codes.Aborted:
+		if kind == client.ProblemInProgress {
+			return http.StatusConflict, kind, wait
+		}
+		return http.StatusServiceUnavailable, kind, wait
+	case codes.Unavailable:
+		return http.StatusServiceUnavailable, kind, wait
+	}
+	return HTTPStatus(st.Code()), kind, wait
+}
+
+// problemKind is the problem kind of one of this package's ErrorInfo
+// reasons, or "".
+func problemKind(reason string) string {
+	for kind, c := range problemCodes {
+		if c.reason == reason {
+			return kind
+		}
+	}
+	return ""
+}

@@ -1,0 +1,243 @@
+package idemgrpc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+
+	"github.com/orderguard/idempotency"
+)
+
+// Metadata keys of the contract.
+const (
+	// MetadataKey carries the idempotency key of a call.
+	MetadataKey = "idempotency-key"
+	// ReplayedKey is set to "true" in the header metadata of a replayed
+	// answer.
+	ReplayedKey = "idempotent-replayed"
+)
+
+// Method protects one unary method.
+type Method struct {
+	// Middleware runs the protocol. Use one per method, as one per HTTP
+	// route; the Middleware of an HTTP route that carries the same action
+	// serves both (one replay cache, one route in the metrics, one action
+	// per key). Required.
+	Middleware *idempotency.Middleware
+
+	// Scope returns the principal that owns the call's key, from the call's
+	// context (what authentication established, spelled one way: see
+	// idempotency.Config.ScopeFunc). An error is answered UNAUTHENTICATED.
+	// Defaults to the empty scope for every call, which is safe for
+	// single-tenant services only.
+	Scope func(ctx context.Context) (string, error)
+
+	// Fingerprint selects the request message's fields that make it the
+	// same action (see Fingerprint). Defaults to every field.
+	Fingerprint idempotency.FingerprintConfig
+
+	// Route is the HTTP method and route of the same action, "POST
+	// /orders": the fingerprint is the HTTP route's for the same business
+	// fields, so one action is one action over both. Defaults to "POST"
+	// and the method's full name.
+	Route string
+
+	// OKStatus is the HTTP status recorded for a call answered OK: the
+	// status the HTTP route of the same action answers (201 for a create),
+	// so that its replay over HTTP is that route's. Defaults to 200.
+	OKStatus int
+
+	// NewResponse returns an empty response message, into which a replay
+	// decodes the recorded answer. Defaults to the method's output type in
+	// protoregistry.GlobalTypes, where generated code registers it.
+	NewResponse func() proto.Message
+}
+
+// NewServerInterceptor returns a unary server interceptor that protects the
+// methods given by full name ("/orders.v1.OrderService/CreateOrder"); every
+// other call passes through untouched.
+func NewServerInterceptor(methods map[string]Method) (grpc.UnaryServerInterceptor, error) {
+	ready := make(map[string]*method, len(methods))
+	for name, m := range methods {
+		rm, err := newMethod(name, m)
+		if err != nil {
+			return nil, err
+		}
+		ready[name] = rm
+	}
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		m, ok := ready[info.FullMethod]
+		if !ok {
+			return handler(ctx, req)
+		}
+		return m.serve(ctx, req, handler)
+	}, nil
+}
+
+// method is a Method made ready.
+type method struct {
+	Method
+	name        string
+	httpMethod  string
+	httpRoute   string
+	fingerprint idempotency.JSONFingerprintFunc
+	cfg         idempotency.Config
+}
+
+func newMethod(name string, m Method) (*method, error) {
+	if m.Middleware == nil {
+		return nil, fmt.Errorf("idemgrpc: method %s has no Middleware", name)
+	}
+	if !strings.HasPrefix(name, "/") || strings.Count(name, "/") != 2 {
+		return nil, fmt.Errorf("idemgrpc: %q is not a full method name (/package.Service/Method)", name)
+	}
+	rm := &method{Method: m, name: name, cfg: m.Middleware.Config(), fingerprint: idempotency.NewJSONFingerprint(m.Fingerprint)}
+	if rm.Scope == nil {
+		rm.Scope = func(context.Context) (string, error) { return "", nil }
+	}
+	if rm.OKStatus == 0 {
+		rm.OKStatus = http.StatusOK
+	}
+	if rm.OKStatus < 200 || rm.OKStatus > 299 {
+		return nil, fmt.Errorf("idemgrpc: method %s: OKStatus %d is not a 2xx", name, rm.OKStatus)
+	}
+	rm.httpMethod, rm.httpRoute = http.MethodPost, name
+	if m.Route != "" {
+		verb, route, ok := strings.Cut(m.Route, " ")
+		if !ok || verb == "" || !strings.HasPrefix(route, "/") {
+			return nil, fmt.Errorf("idemgrpc: method %s: Route %q: want an HTTP method and route, \"POST /orders\"", name, m.Route)
+		}
+		rm.httpMethod, rm.httpRoute = verb, route
+	}
+	if rm.NewResponse == nil {
+		newResponse, err := registeredResponse(name)
+		if err != nil {
+			return nil, err
+		}
+		rm.NewResponse = newResponse
+	}
+	return rm, nil
+}
+
+// registeredResponse finds the output type of a method that generated code
+// registered.
+func registeredResponse(fullMethod string) (func() proto.Message, error) {
+	service, name, _ := strings.Cut(strings.TrimPrefix(fullMethod, "/"), "/")
+	d, err := protoregistry.GlobalFiles.FindDescriptorByName(protoreflect.FullName(service))
+	if err != nil {
+		return nil, fmt.Errorf("idemgrpc: method %s: %w (set Method.NewResponse)", fullMethod, err)
+	}
+	sd, ok := d.(protoreflect.ServiceDescriptor)
+	if !ok || sd.Methods().ByName(protoreflect.Name(name)) == nil {
+		return nil, fmt.Errorf("idemgrpc: no method %s in the registry (set Method.NewResponse)", fullMethod)
+	}
+	md := sd.Methods().ByName(protoreflect.Name(name))
+	if md.IsStreamingClient() || md.IsStreamingServer() {
+		return nil, fmt.Errorf("idemgrpc: method %s streams; only unary methods can be protected", fullMethod)
+	}
+	mt, err := protoregistry.GlobalTypes.FindMessageByName(md.Output().FullName())
+	if err != nil {
+		return nil, fmt.Errorf("idemgrpc: method %s's response type: %w", fullMethod, err)
+	}
+	return func() proto.Message { return mt.New().Interface() }, nil
+}
+
+// serve is one call: 1. the key from the metadata, 2. the scope, 3. the
+// fingerprint over the request message, then the protocol (Do) with the
+// handler as the action, and its answer in gRPC's terms.
+func (m *method) serve(ctx context.Context, req any, handler grpc.UnaryHandler) (any, error) {
+	msg, ok := req.(proto.Message)
+	if !ok {
+		return nil, status.Errorf(codes.Internal, "idemgrpc: %s: request %T is not a proto.Message", m.name, req)
+	}
+	// 1. Key.
+	key, err := m.readKey(ctx)
+	if errors.Is(err, idempotency.ErrMissingKey) && m.cfg.KeyOptional {
+		return handler(ctx, req) // unprotected, as Config.KeyOptional says
+	}
+	if err != nil {
+		return nil, m.reject(ctx, err)
+	}
+	// 2. Scope.
+	scope, err := m.Scope(ctx)
+	if err != nil {
+		var p *idempotency.Problem
+		if !errors.As(err, &p) {
+			p = idempotency.NewProblem(http.StatusUnauthorized, idempotency.ProblemScopeRequired, "Unauthenticated", err.Error())
+		}
+		return nil, m.reject(ctx, p)
+	}
+	// 3. Fingerprint.
+	fp, err := m.readFingerprint(msg)
+	if err != nil {
+		return nil, m.reject(ctx, err)
+	}
+	// 4 to 7: the protocol, the handler run in the record's transaction.
+	var resp any
+	var handlerErr error
+	ans := m.Middleware.Do(ctx, idempotency.Action{Scope: scope, Key: key, Fingerprint: fp},
+		func(ctx context.Context) idempotency.Result {
+			resp, handlerErr = handler(ctx, req)
+			var res idempotency.Result
+			res, handlerErr = m.record(resp, handlerErr)
+			return res
+		})
+	return m.reply(ctx, ans, resp, handlerErr)
+}
+
+// readKey is step 1: exactly one idempotency-key, as valid as the header.
+func (m *method) readKey(ctx context.Context) (string, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	values := md.Get(MetadataKey)
+	switch {
+	case len(values) == 0 || (len(values) == 1 && values[0] == ""):
+		return "", idempotency.ErrMissingKey
+	case len(values) > 1:
+		return "", fmt.Errorf("%w: send exactly one %s", idempotency.ErrInvalidKey, MetadataKey)
+	}
+	return idempotency.ParseKey(values[0], m.cfg.MaxKeyLength)
+}
+
+// readFingerprint is step 3, within the route's body limit.
+func (m *method) readFingerprint(msg proto.Message) (string, error) {
+	if size := proto.Size(msg); int64(size) > m.cfg.MaxBodyBytes {
+		return "", fmt.Errorf("%w: a %d-byte message, limit %d", idempotency.ErrBodyTooLarge, size, m.cfg.MaxBodyBytes)
+	}
+	body, err := messageJSON(msg)
+	if err != nil {
+		return "", fmt.Errorf("%w: %v", idempotency.ErrInvalidBody, err)
+	}
+	return m.fingerprint(m.httpMethod, m.httpRoute, body)
+}
+
+// reject answers bad input through the protocol's refusal, so that it is
+// observed as every front-end's is.
+func (m *method) reject(ctx context.Context, err error) error {
+	return ProblemStatus(m.Middleware.Reject(ctx, err).Problem).Err()
+}
+
+// reply turns the protocol's answer into the call's: the protocol's own
+// problem, the handler's own answer, or a replay of the recorded one.
+func (m *method) reply(ctx context.Context, ans idempotency.Answer, resp any, handlerErr error) (any, error) {
+	switch {
+	case ans.Problem != nil:
+		return nil, ProblemStatus(ans.Problem).Err()
+	case !ans.Replayed:
+		if handlerErr != nil {
+			return nil, handlerErr
+		}
+		return resp, nil
+	}
+	_ = grpc.SetHeader(ctx, metadata.Pairs(ReplayedKey, "true"))
+	return decodeAnswer(ans, m.NewResponse)
+}
