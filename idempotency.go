@@ -45,6 +45,9 @@ func New(store Store, cfg *Config) (*Middleware, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
+	if err := ownerFits(store, c.InstanceID); err != nil {
+		return nil, err
+	}
 	m := &Middleware{store: store, cfg: c, fingerprint: c.FingerprintFunc}
 	if m.fingerprint == nil {
 		m.fingerprint = NewFingerprint(c.Fingerprint)
@@ -198,8 +201,8 @@ func (a *attempt) readScope() error {
 		}
 		return NewProblem(http.StatusUnauthorized, ProblemScopeRequired, "Unauthenticated", err.Error())
 	}
-	if len(scope) > maxScopeBytes {
-		return NewProblem(http.StatusUnauthorized, ProblemScopeRequired, "Unauthenticated", fmt.Sprintf("scope longer than %d bytes", maxScopeBytes))
+	if err := a.m.scopeFits(scope); err != nil {
+		return NewProblem(http.StatusUnauthorized, ProblemScopeRequired, "Unauthenticated", err.Error())
 	}
 	a.scope = scope
 	a.keyHash = KeyHash(scope, a.key)
@@ -236,8 +239,8 @@ func (a *attempt) readFingerprint() error {
 		return err
 	}
 	a.rewindBody() // a custom FingerprintFunc may have read it
-	if len(fp) == 0 || len(fp) > maxFingerprintBytes {
-		return fmt.Errorf("idempotency: fingerprint must be 1..%d bytes, got %d", maxFingerprintBytes, len(fp))
+	if err := a.m.fingerprintFits(fp); err != nil {
+		return err
 	}
 	a.fingerprint = fp
 	return nil

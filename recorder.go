@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 )
 
 // recorder captures the wrapped handler's response so that it can be stored
@@ -74,10 +75,28 @@ func (r *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 func (r *recorder) Unwrap() http.ResponseWriter { return r.w }
 
 // result returns the status and headers the handler produced, defaulting to
-// 200 for a handler that wrote nothing.
+// 200 for a handler that wrote nothing, each NUL in a header value turned
+// into a space (withoutNUL).
 func (r *recorder) result() (int, http.Header) {
 	if r.status == 0 {
-		return http.StatusOK, r.header.Clone()
+		return http.StatusOK, withoutNUL(r.header.Clone())
 	}
-	return r.status, r.sent
+	return r.status, withoutNUL(r.sent)
+}
+
+// withoutNUL replaces each NUL in h's values with a space, in place. RFC
+// 9110 §5.5 calls a field value holding NUL invalid and dangerous and has a
+// recipient reject it or replace each NUL with a space (net/http does so
+// with CR and LF when it writes a header); PostgreSQL's jsonb cannot store
+// one (22P05). Replacing it before the answer is sent and stored keeps the
+// first answer and every replay equal on every dialect.
+func withoutNUL(h http.Header) http.Header {
+	for _, values := range h {
+		for i, v := range values {
+			if strings.IndexByte(v, 0) >= 0 {
+				values[i] = strings.ReplaceAll(v, "\x00", " ")
+			}
+		}
+	}
+	return h
 }
