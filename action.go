@@ -23,17 +23,22 @@ type Action struct {
 	Fingerprint string
 }
 
-// check refuses an action a record cannot hold, before anything is written.
-func (a Action) check() error {
-	switch {
-	case a.Key == "" || len(a.Key) > maxKeyBytes:
+// check refuses an action the store cannot record, before anything is
+// written: a key out of bounds, a scope or fingerprint too long or holding
+// bytes the store's dialect cannot hold (TextChecker).
+func (m *Middleware) check(a Action) error {
+	if a.Key == "" || len(a.Key) > maxKeyBytes {
 		return fmt.Errorf("%w: %d bytes, want 1..%d", ErrInvalidKey, len(a.Key), maxKeyBytes)
-	case len(a.Scope) > maxScopeBytes:
-		return NewProblem(401, ProblemScopeRequired, "Unauthenticated", fmt.Sprintf("scope longer than %d bytes", maxScopeBytes))
-	case a.Fingerprint == "" || len(a.Fingerprint) > maxFingerprintBytes:
-		return fmt.Errorf("idempotency: fingerprint must be 1..%d bytes, got %d", maxFingerprintBytes, len(a.Fingerprint))
 	}
-	return nil
+	if check := checkText(m.store); check != nil {
+		if err := check(a.Key); err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalidKey, err)
+		}
+	}
+	if err := m.scopeFits(a.Scope); err != nil {
+		return NewProblem(401, ProblemScopeRequired, "Unauthenticated", err.Error())
+	}
+	return m.fingerprintFits(a.Fingerprint)
 }
 
 // RunFunc runs an action once, inside the record's transaction: it does

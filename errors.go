@@ -66,10 +66,13 @@ var (
 	ErrHandlerFailed = errors.New("idempotency: handler failed")
 
 	// ErrClaimOutOfBounds means a Claim would not fit the record table: an
-	// empty key, a scope or key over 255 bytes, or a fingerprint or owner
-	// over 128. SQLStore returns it before sending any statement, on every
-	// dialect, whatever the schema would do with the value. The middleware
-	// never sends such a claim: it refuses the request first.
+	// empty key, a scope or key over 255 bytes, a fingerprint or owner
+	// over 128, or a value the dialect's text columns cannot hold (see
+	// TextChecker). SQLStore returns it before sending any statement,
+	// whatever the schema would do with the value. The middleware never
+	// sends such a claim to a store that says what it holds: it refuses the
+	// request first. Should a store refuse one all the same, the request is
+	// answered 400 out-of-bounds, never told to retry.
 	ErrClaimOutOfBounds = errors.New("idempotency: claim does not fit the record table")
 )
 
@@ -86,6 +89,7 @@ const (
 	ProblemExecutionFailed  = "execution-failed"
 	ProblemStoreUnavailable = "store-unavailable"
 	ProblemCommitUnknown    = "commit-outcome-unknown"
+	ProblemOutOfBounds      = "out-of-bounds"
 )
 
 // ProblemTypePrefix is prepended to a problem kind to form its RFC 9457 type.
@@ -168,6 +172,9 @@ func problemFor(err error, conflictStatus int) *Problem {
 	case errors.Is(err, ErrInProgress):
 		return NewProblem(http.StatusConflict, ProblemInProgress, "Request in progress",
 			"A request with this key is still being processed. Retry with the same key after Retry-After.")
+	case errors.Is(err, ErrClaimOutOfBounds):
+		return NewProblem(http.StatusBadRequest, ProblemOutOfBounds, "Request cannot be recorded", err.Error()+
+			". The idempotency store cannot record this request's scope or key; the same request fails the same way again.")
 	case errors.Is(err, ErrCommitUnknown):
 		return NewProblem(http.StatusServiceUnavailable, ProblemCommitUnknown, "Outcome unknown",
 			"The database connection failed during commit. Retry with the same key after Retry-After: the retry will see the real outcome.")

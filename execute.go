@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -140,7 +141,7 @@ func (a *attempt) runHandler() (*handlerResult, error) {
 			}
 		}()
 		r := a.run(context.WithValue(handlerCtx, contextKey{}, exec))
-		res.status, res.header, res.body = r.Status, r.Header, r.Body
+		res.status, res.header, res.body = r.Status, withoutNUL(r.Header), r.Body
 		res.overflowed = r.TooLarge || len(r.Body) > a.m.cfg.MaxSnapshotBytes
 		res.panicked, res.aborted = r.Abort, r.Abort != nil
 	}()
@@ -150,4 +151,22 @@ func (a *attempt) runHandler() (*handlerResult, error) {
 		end(StageEnd{})
 	}
 	return res, nil
+}
+
+// withoutNUL replaces each NUL in h's values with a space, in place. RFC
+// 9110 §5.5 calls a field value holding NUL invalid and dangerous and has a
+// recipient reject it or replace each NUL with a space (net/http does so
+// with CR and LF when it writes a header); PostgreSQL's jsonb cannot store
+// one (22P05). Replacing it in the run's answer, before it is sent and
+// recorded, keeps the first answer and every replay equal on every dialect,
+// whatever the front-end.
+func withoutNUL(h map[string][]string) map[string][]string {
+	for _, values := range h {
+		for i, v := range values {
+			if strings.IndexByte(v, 0) >= 0 {
+				values[i] = strings.ReplaceAll(v, "\x00", " ")
+			}
+		}
+	}
+	return h
 }

@@ -93,8 +93,8 @@ func (x *exchange) readScope() error {
 		}
 		return NewProblem(http.StatusUnauthorized, ProblemScopeRequired, "Unauthenticated", err.Error())
 	}
-	if len(scope) > maxScopeBytes {
-		return NewProblem(http.StatusUnauthorized, ProblemScopeRequired, "Unauthenticated", fmt.Sprintf("scope longer than %d bytes", maxScopeBytes))
+	if err := x.a.m.scopeFits(scope); err != nil {
+		return NewProblem(http.StatusUnauthorized, ProblemScopeRequired, "Unauthenticated", err.Error())
 	}
 	x.a.scope = scope
 	x.a.keyHash = KeyHash(scope, x.a.key)
@@ -130,8 +130,8 @@ func (x *exchange) readFingerprint() error {
 	if err != nil {
 		return err
 	}
-	if len(fp) == 0 || len(fp) > maxFingerprintBytes {
-		return fmt.Errorf("idempotency: fingerprint must be 1..%d bytes, got %d", maxFingerprintBytes, len(fp))
+	if err := x.a.m.fingerprintFits(fp); err != nil {
+		return err
 	}
 	x.a.fingerprint = fp
 	return nil

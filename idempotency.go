@@ -37,6 +37,9 @@ func New(store Store, cfg *Config) (*Middleware, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
+	if err := ownerFits(store, c.InstanceID); err != nil {
+		return nil, err
+	}
 	m := &Middleware{store: store, cfg: c, fingerprint: c.FingerprintFunc}
 	if m.fingerprint == nil {
 		m.fingerprint = NewFingerprint(c.Fingerprint)
@@ -84,7 +87,7 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 func (m *Middleware) Do(ctx context.Context, action Action, run RunFunc) Answer {
 	a := m.newAttempt(ctx)
 	a.scope, a.key, a.fingerprint = action.Scope, action.Key, action.Fingerprint
-	if err := action.check(); err != nil {
+	if err := m.check(action); err != nil {
 		a.reject(err)
 		return a.answer
 	}

@@ -168,10 +168,14 @@ func (a *attempt) commitSinglePhase(ctx context.Context, res *handlerResult, may
 		return a.insertFailed(ctx, err, mayRunAgain)
 	}
 	if err := res.tx.Commit(); err != nil {
-		if errors.Is(err, ErrKeyClaimed) { // the store sent the INSERT with the COMMIT
+		if errors.Is(err, ErrKeyClaimed) || answered(err) {
+			// The server refused the COMMIT, or the record's INSERT that
+			// a store sent with it (package postgres does): nothing
+			// committed, as when the INSERT fails on its own.
 			return a.insertFailed(ctx, err, mayRunAgain)
 		}
-		return a.resolveSinglePhaseCommit(ctx, res, snap, err, mayRunAgain)
+		a.resolveSinglePhaseCommit(ctx, res, snap, err)
+		return false
 	}
 	a.m.cacheOwn(a.scope, a.key, a.fingerprint, StatusDone, snap, started)
 	a.answerWith(snap.StatusCode, res.header, snap.Body)
@@ -179,9 +183,10 @@ func (a *attempt) commitSinglePhase(ctx context.Context, res *handlerResult, may
 	return false
 }
 
-// insertFailed answers a record INSERT that the database refused, the
-// business transaction rolled back: a taken key is answered by its record,
-// a conflict with a concurrent duplicate by afterRollback.
+// insertFailed answers a record INSERT (or a COMMIT) that the database
+// refused, the business transaction rolled back: a taken key is answered by
+// its record, a conflict with a concurrent duplicate by afterRollback, any
+// other refusal as nothing recorded.
 func (a *attempt) insertFailed(ctx context.Context, err error, mayRunAgain bool) (again bool) {
 	switch {
 	case errors.Is(err, ErrKeyClaimed):
@@ -198,17 +203,15 @@ func (a *attempt) insertFailed(ctx context.Context, err error, mayRunAgain bool)
 	return false
 }
 
-// resolveSinglePhaseCommit decides what a failed COMMIT did. A server that
-// answered with a rollback (a deadlock, a certification conflict at COMMIT)
-// committed nothing: that is afterRollback. A dropped connection leaves the
-// outcome unknown: our record on a fresh read means the commit landed;
-// another's means we lost to a duplicate; none means we cannot tell yet
-// (the commit may still land), so the client is asked to retry, and the
-// retry sees the truth: its own insert waits on ours.
-func (a *attempt) resolveSinglePhaseCommit(ctx context.Context, res *handlerResult, snap *Snapshot, commitErr error, mayRunAgain bool) (again bool) {
-	if isRollback(commitErr) {
-		return a.afterRollback(ctx, commitErr, mayRunAgain)
-	}
+// resolveSinglePhaseCommit decides what a COMMIT did that failed without
+// the server's answer (a server's answer, such as a deadlock or a
+// certification conflict at COMMIT, committed nothing: see
+// commitSinglePhase). A dropped connection leaves the outcome unknown: our
+// record on a fresh read means the commit landed; another's means we lost
+// to a duplicate; none means we cannot tell yet (the commit may still
+// land), so the client is asked to retry, and the retry sees the truth: its
+// own insert waits on ours.
+func (a *attempt) resolveSinglePhaseCommit(ctx context.Context, res *handlerResult, snap *Snapshot, commitErr error) {
 	rec, err := a.lookup(ctx)
 	switch {
 	case err == nil && rec.Owner == a.lease.Owner:
@@ -219,7 +222,6 @@ func (a *attempt) resolveSinglePhaseCommit(ctx context.Context, res *handlerResu
 	default:
 		a.fail(OutcomeUnknown, fmt.Errorf("%w: commit: %v; re-read: %v", ErrCommitUnknown, commitErr, err))
 	}
-	return false
 }
 
 // afterRollback answers a single-phase run that the database rolled back on

@@ -114,6 +114,15 @@ type Dialect struct {
 	// second connection, could not) write a heartbeat.
 	SingleWriter bool
 
+	// CheckText, when set, reports a string that the record table's
+	// scope, idempotency_key, request_fingerprint and locked_by columns
+	// cannot hold byte for byte (PostgreSQL's text: bytes that are not
+	// UTF-8, and NUL). The store refuses a Claim holding one with
+	// ErrClaimOutOfBounds before any statement, and the middleware asks
+	// first (TextChecker). Nil means the columns hold any bytes (MySQL's
+	// VARBINARY, SQLite's TEXT).
+	CheckText func(string) error
+
 	// IsDuplicate reports a unique-key violation.
 	IsDuplicate func(error) bool
 	// IsTransient reports a server's refusal worth retrying for a single
@@ -208,6 +217,16 @@ func (s *SQLStore) sqlNow() *Dialect {
 	return &s.dialect
 }
 
+var _ TextChecker = (*SQLStore)(nil)
+
+// CheckText implements TextChecker with the dialect's CheckText.
+func (s *SQLStore) CheckText(v string) error {
+	if s.dialect.CheckText == nil {
+		return nil
+	}
+	return s.dialect.CheckText(v)
+}
+
 // SingleWriter reports the dialect's SingleWriter.
 func (s *SQLStore) SingleWriter() bool { return s.dialect.SingleWriter }
 
@@ -238,7 +257,7 @@ func (s *SQLStore) exec(ctx context.Context, query string, args ...any) (sql.Res
 
 // Claim implements Store.
 func (s *SQLStore) Claim(ctx context.Context, c Claim) (Lease, error) {
-	if err := c.fits(); err != nil {
+	if err := c.fits(s.dialect.CheckText); err != nil {
 		return Lease{}, err
 	}
 	res, err := s.exec(ctx, s.dialect.Claim, c.Scope, c.Key, c.Fingerprint, c.Owner,
@@ -257,6 +276,9 @@ func (s *SQLStore) Claim(ctx context.Context, c Claim) (Lease, error) {
 
 // Lookup implements Store.
 func (s *SQLStore) Lookup(ctx context.Context, scope, key string) (*Record, error) {
+	if s.CheckText(scope) != nil || s.CheckText(key) != nil {
+		return nil, ErrRecordNotFound // the table cannot hold the key, so no record has it
+	}
 	rec := &Record{Scope: scope, Key: key}
 	err := scanRecord(s.db.QueryRowContext(ctx, s.sqlFor(ctx).Lookup, scope, key), rec)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -305,7 +327,7 @@ func scanRecord(row interface{ Scan(...any) error }, rec *Record, leading ...any
 
 // TakeOver implements Store.
 func (s *SQLStore) TakeOver(ctx context.Context, c Claim, from Lease) (Lease, error) {
-	if err := c.fits(); err != nil {
+	if err := c.fits(s.dialect.CheckText); err != nil {
 		return Lease{}, err
 	}
 	res, err := s.exec(ctx, s.dialect.TakeOver, c.Fingerprint, c.Owner,
@@ -352,7 +374,7 @@ func (s *SQLStore) Finish(ctx context.Context, l Lease, st Status, snap *Snapsho
 
 // InsertFinal implements Store.
 func (s *SQLStore) InsertFinal(ctx context.Context, tx *sql.Tx, c Claim, st Status, snap *Snapshot) error {
-	if err := c.fits(); err != nil {
+	if err := c.fits(s.dialect.CheckText); err != nil {
 		return err
 	}
 	args, err := finishArgs(Lease{}, st, snap, c.Retention)

@@ -3,7 +3,6 @@ package idempotency
 import (
 	"context"
 	"database/sql"
-	"fmt"
 	"net/http"
 	"time"
 )
@@ -73,31 +72,6 @@ type Claim struct {
 	Owner       string
 	Lease       time.Duration // how long the PROCESSING record is held
 	Retention   time.Duration // how long the record lives before the key is new again
-}
-
-// The record table's bounds, in bytes.
-const (
-	maxScopeBytes       = 255
-	maxKeyBytes         = 255
-	maxFingerprintBytes = 128
-	maxOwnerBytes       = 128
-)
-
-// fits reports ErrClaimOutOfBounds for a claim the record table cannot
-// hold. The schema is not asked: MySQL in strict mode refuses such a value,
-// but SQLite stores it and PostgreSQL's table has no CHECKs (migration 004).
-func (c Claim) fits() error {
-	switch {
-	case c.Key == "" || len(c.Key) > maxKeyBytes:
-		return fmt.Errorf("%w: key of %d bytes, want 1..%d", ErrClaimOutOfBounds, len(c.Key), maxKeyBytes)
-	case len(c.Scope) > maxScopeBytes:
-		return fmt.Errorf("%w: scope of %d bytes, want at most %d", ErrClaimOutOfBounds, len(c.Scope), maxScopeBytes)
-	case len(c.Fingerprint) > maxFingerprintBytes:
-		return fmt.Errorf("%w: fingerprint of %d bytes, want at most %d", ErrClaimOutOfBounds, len(c.Fingerprint), maxFingerprintBytes)
-	case len(c.Owner) > maxOwnerBytes:
-		return fmt.Errorf("%w: owner of %d bytes, want at most %d", ErrClaimOutOfBounds, len(c.Owner), maxOwnerBytes)
-	}
-	return nil
 }
 
 // Store keeps idempotency records. Implementations translate driver errors

@@ -49,6 +49,7 @@ func TestOnlyTransientFailuresAreRetried(t *testing.T) {
 		{"422 key-reused is final", problem(http.StatusUnprocessableEntity, ProblemKeyReused), false, http.StatusUnprocessableEntity},
 		{"400 invalid-body is final", problem(http.StatusBadRequest, ProblemInvalidBody), false, http.StatusBadRequest},
 		{"401 scope-required is final", problem(http.StatusUnauthorized, ProblemScopeRequired), false, http.StatusUnauthorized},
+		{"400 out-of-bounds is final", problem(http.StatusBadRequest, ProblemOutOfBounds), false, http.StatusBadRequest},
 		{"403 is final", status(http.StatusForbidden), false, http.StatusForbidden},
 		{"404 is final", status(http.StatusNotFound), false, http.StatusNotFound},
 		{"413 body-too-large is final", problem(http.StatusRequestEntityTooLarge, ProblemBodyTooLarge), false, http.StatusRequestEntityTooLarge},

@@ -248,3 +248,24 @@ func TestOpenDB_RollbackDropsTheHeldBackInsert(t *testing.T) {
 	_, err = store.Lookup(ctx, "s", "k")
 	require.ErrorIs(t, err, idempotency.ErrRecordNotFound)
 }
+
+// A statement error that reaches single-phase through the COMMIT proves
+// that nothing committed: on a pool from OpenDB the record INSERT travels
+// with the COMMIT, and the server's refusal of it (here a CHECK an operator
+// added) aborts the transaction before the COMMIT runs. The answer says
+// nothing was recorded, not that the outcome is unknown.
+func TestSinglePhase_TheRecordInsertRefusedByTheServer_IsNotAnOutcomeUnknown_AndNothingCommits(t *testing.T) {
+	t.Parallel()
+	svc := &ledgerService{}
+	b := setup(t, idempotency.Config{Mode: idempotency.ModeSinglePhase}, svc)
+	_, err := b.db.Exec(`ALTER TABLE idempotency_record ADD CONSTRAINT no_refused_keys CHECK (idempotency_key <> 'refused')`)
+	require.NoError(t, err)
+
+	a := b.do(t, "refused", `{"account":1,"amount":5}`)
+	require.NotEqual(t, idempotency.ProblemCommitUnknown, a.problemType(t),
+		"the server refused a statement, which proves nothing committed; got %d %s", a.Status, a.Body)
+	require.Equal(t, http.StatusServiceUnavailable, a.Status, "an infrastructure fault: %s", a.Body)
+	require.Equal(t, idempotency.ProblemStoreUnavailable, a.problemType(t))
+	require.Zero(t, b.count(t, "SELECT count(*) FROM ledger"), "the handler's row rolled back with the record")
+	require.Zero(t, b.count(t, "SELECT count(*) FROM idempotency_record"))
+}

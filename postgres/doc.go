@@ -11,8 +11,10 @@
 //
 // Handlers write with $1, $2 placeholders on the transaction from
 // idempotency.TxFromContext, and classify their own errors with
-// idempotency.IsTransient, which knows PostgreSQL's SQLSTATEs (40001,
-// 40P01, 55P03, connection exceptions) without importing pgx.
+// idempotency.IsTransient, which classifies PostgreSQL's SQLSTATEs by class
+// and code (a serialization failure, a deadlock, a read-only standby, a
+// statement timeout, a terminated session, too many connections...)
+// without importing pgx.
 //
 // # What the store relies on
 //
@@ -60,10 +62,13 @@
 // first of search_path) under a session advisory lock, so several processes
 // may call it at once. The versions and names are those of the MySQL and
 // SQLite schemas. idempotency_record has PRIMARY KEY (scope,
-// idempotency_key) on text COLLATE "C" (byte-wise, case-sensitive; scopes
-// and keys must be valid UTF-8 without NUL, which the middleware's keys
-// always are), jsonb headers, a bytea body, timestamptz times and the
-// (status, expires_at) index. purchase_order is the reference order table,
+// idempotency_key) on text COLLATE "C" (byte-wise, case-sensitive), jsonb
+// headers, a bytea body, timestamptz times and the (status, expires_at)
+// index. Text holds UTF-8 without NUL: the store says so
+// (idempotency.TextChecker), so the middleware answers a scope that is not
+// (a Latin-1 header, say) 401 before anything executes, and the store
+// refuses such a claim before any statement. The middleware's keys are
+// visible ASCII, which text always holds. purchase_order is the reference order table,
 // which the root package's order state machine writes through
 // idempotency.PostgresOrders (its Create, Transition and Get take $n
 // placeholders and skip a duplicate with ON CONFLICT DO NOTHING, so a

@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -132,6 +134,7 @@ WHERE (scope, idempotency_key) IN (
     AND status IN ('DONE', 'FAILED')
   LIMIT $2 FOR UPDATE SKIP LOCKED)`,
 	InsertSkipsDuplicate: true,
+	CheckText:            checkText,
 	IsDuplicate:          func(err error) bool { return sqlStateIs(err, sqlStateUniqueViolation) },
 	// An autocommit statement the server refused whole: safe to run again.
 	// 40001 reaches one only under a REPEATABLE READ or SERIALIZABLE
@@ -154,6 +157,22 @@ const insertFinalWithCommit = `INSERT INTO idempotency_record
 SELECT $1, $2, $3, $4, $5, 1, NULL, $6::smallint, $7::jsonb, $8::bytea,
   clock.now, clock.now, clock.now + $9::bigint * interval '1 microsecond'
 FROM (SELECT clock_timestamp() AS now) AS clock`
+
+// checkText refuses what PostgreSQL's text cannot hold: bytes that are not
+// UTF-8 (the client encoding pgx sets; a UTF8 database, the default, stores
+// them as sent) and NUL, which no PostgreSQL string holds. The server would
+// refuse both with 22021 (character_not_in_repertoire); the store refuses
+// them before any statement, and the middleware before the handler runs, so
+// that such a request is answered 401 and never told to retry.
+func checkText(s string) error {
+	switch {
+	case !utf8.ValidString(s):
+		return errors.New("postgres: not valid UTF-8 (PostgreSQL's text holds UTF-8 without NUL)")
+	case strings.IndexByte(s, 0) >= 0:
+		return errors.New("postgres: holds a NUL byte (PostgreSQL's text holds UTF-8 without NUL)")
+	}
+	return nil
+}
 
 func sqlStateIs(err error, code string) bool {
 	var pe *pgconn.PgError

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -112,6 +113,54 @@ func Exercise(t *testing.T, newStore func(t *testing.T) idempotency.Store) {
 		require.NoError(t, err)
 		after.ReadAt = rec.ReadAt
 		require.Equal(t, rec, after, "the record at the bounds is untouched")
+	})
+
+	t.Run("AnyBytes_AreStoredByteForByte_OrRefusedByCheckTextBeforeAnyStatement", func(t *testing.T) {
+		// Scopes come from credentials (a Latin-1 header, a decoded
+		// token) and may hold any bytes. A store holds each byte for byte,
+		// as a value of its own, or says it cannot (TextChecker) and then
+		// refuses it with ErrClaimOutOfBounds and writes nothing.
+		s := newStore(t)
+		var check func(string) error
+		if tc, ok := s.(idempotency.TextChecker); ok {
+			check = tc.CheckText
+		}
+		holds := func(v string) bool { return check == nil || check(v) == nil }
+		values := []string{"caf\xe9", "caf", "a\x00b", "a", "a\x00c", "\xff\xfe", "café", "🦆"}
+		for i, v := range values {
+			c := idempotency.Claim{
+				Scope: v, Key: fmt.Sprintf("k%d-%s", i, v), Fingerprint: "fp-" + v, Owner: "owner-" + v,
+				Lease: time.Minute, Retention: time.Hour,
+			}
+			_, err := s.Claim(ctx, c)
+			if !holds(v) {
+				require.ErrorIs(t, err, idempotency.ErrClaimOutOfBounds, "Claim of %q, which CheckText refuses", v)
+				require.ErrorIs(t, s.InsertFinal(ctx, nil, c, idempotency.StatusDone, snap), idempotency.ErrClaimOutOfBounds, "InsertFinal of %q", v)
+				_, err = s.Lookup(ctx, c.Scope, c.Key)
+				require.ErrorIs(t, err, idempotency.ErrRecordNotFound, "%q: nothing written, and nothing to find", v)
+				continue
+			}
+			require.NoError(t, err, "Claim of %q, which the store says it holds", v)
+			rec, err := s.Lookup(ctx, c.Scope, c.Key)
+			require.NoError(t, err, "Lookup of %q", v)
+			require.Equal(t, []string{c.Fingerprint, c.Owner}, []string{rec.Fingerprint, rec.Owner}, "%q byte for byte", v)
+			final := c
+			final.Key += "-final"
+			require.NoError(t, s.InsertFinal(ctx, nil, final, idempotency.StatusDone, snap), "InsertFinal of %q", v)
+			rec, err = s.Lookup(ctx, final.Scope, final.Key)
+			require.NoError(t, err)
+			require.Equal(t, c.Fingerprint, rec.Fingerprint)
+		}
+		for _, v := range values {
+			for _, other := range values {
+				if v == other || !holds(v) || !holds(other) {
+					continue
+				}
+				// Every key lives in its own scope only: no two values compare equal.
+				_, err := s.Lookup(ctx, other, fmt.Sprintf("k%d-%s", slices.Index(values, v), v))
+				require.ErrorIs(t, err, idempotency.ErrRecordNotFound, "scope %q must not find the record of scope %q", other, v)
+			}
+		}
 	})
 
 	t.Run("Lookup_Missing_ReturnsErrRecordNotFound", func(t *testing.T) {
