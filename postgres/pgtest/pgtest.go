@@ -22,6 +22,7 @@ import (
 	"database/sql/driver"
 	"encoding/hex"
 	"errors"
+	"net"
 	"net/url"
 	"os"
 	"strings"
@@ -32,6 +33,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/orderguard/idempotency"
 	"github.com/orderguard/idempotency/postgres"
 )
 
@@ -162,4 +164,40 @@ func WithParams(t testing.TB, dsn string, params map[string]string) string {
 	// it keeps: spaces must be %20.
 	u.RawQuery = strings.ReplaceAll(q.Encode(), "+", "%20")
 	return u.String()
+}
+
+// Database runs frontendtest's conformance suite on PostgreSQL: a fresh
+// schema per Open, migrated by orderservice.Setup, whose pool is capped so
+// that the suites of several front-ends fit the server's connections.
+var Database = database{}
+
+type database struct{}
+
+func (database) Name() string { return "postgres" }
+
+func (database) Open(t *testing.T) (*sql.DB, idempotency.Store, string) {
+	db, _ := Postgres(t)
+	db.SetMaxOpenConns(20)
+	db.SetMaxIdleConns(20)
+	return db, postgres.NewStore(db), "postgres"
+}
+
+func (database) Unreachable(t *testing.T) idempotency.Store {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	cfg, err := pgx.ParseConfig("postgres://postgres@" + addr + "/none?sslmode=disable&connect_timeout=2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := postgres.OpenDB(*cfg)
+	t.Cleanup(func() { db.Close() })
+	return postgres.NewStore(db)
+}
+
+func (database) Deadlock() error {
+	return &pgconn.PgError{Severity: "ERROR", Code: "40P01", Message: "deadlock detected"}
 }
