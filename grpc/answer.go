@@ -157,6 +157,7 @@ var problemCodes = map[string]struct {
 	idempotency.ProblemStoreUnavailable: {codes.Unavailable, "STORE_UNAVAILABLE"},
 	idempotency.ProblemCommitUnknown:    {codes.Unavailable, "COMMIT_OUTCOME_UNKNOWN"},
 	idempotency.ProblemExecutionFailed:  {codes.Internal, "EXECUTION_FAILED"},
+	idempotency.ProblemOutOfBounds:      {codes.InvalidArgument, "OUT_OF_BOUNDS"},
 }
 
 // problemStatus is a problem in gRPC's terms: its code, an ErrorInfo with

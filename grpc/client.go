@@ -3,6 +3,7 @@ package idemgrpc
 import (
 	"context"
 	"net/http"
+	"strings"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -11,6 +12,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/orderguard/idempotency"
 	"github.com/orderguard/idempotency/client"
 )
 
@@ -48,7 +50,7 @@ func UnaryClientInterceptor(p client.Policy) grpc.UnaryClientInterceptor {
 				return client.Outcome{Err: last}
 			}
 			st := status.Convert(last)
-			httpStatus, kind, wait := contractAnswer(st)
+			httpStatus, kind, wait := ContractAnswer(st)
 			return client.Outcome{Retry: client.Retryable(httpStatus, kind), Wait: wait, Err: last, Answered: true}
 		})
 		if last != nil {
@@ -82,39 +84,50 @@ func withCallKey(ctx context.Context) (context.Context, error) {
 	return metadata.AppendToOutgoingContext(ctx, MetadataKey, key), nil
 }
 
-// contractAnswer is a status as the answer of the HTTP contract it stands
-// for, so that client.Retryable decides for every transport alike: its
-// HTTP status and problem kind, and the wait its RetryInfo asks for.
-func contractAnswer(st *status.Status) (httpStatus int, kind string, wait time.Duration) {
+// ContractAnswer is a status as the answer of the HTTP contract it stands
+// for, so that client.Retryable decides for every transport alike: the HTTP
+// status the answer has over HTTP, its problem kind (from an ErrorInfo in
+// ErrorDomain: the protocol's reasons, or a service's own in upper snake
+// case), and the wait its RetryInfo asks for.
+func ContractAnswer(st *status.Status) (httpStatus int, kind string, wait time.Duration) {
+	reason := ""
 	for _, d := range st.Details() {
 		switch d := d.(type) {
 		case *errdetails.ErrorInfo:
 			if d.GetDomain() == ErrorDomain {
-				kind = problemKind(d.GetReason())
+				reason = d.GetReason()
 			}
 		case *errdetails.RetryInfo:
 			wait = d.GetRetryDelay().AsDuration()
 		}
 	}
-	switch st.Code() {
-	case codes.Aborted:
-		if kind == client.ProblemInProgress {
-			return http.StatusConflict, kind, wait
+	for k, c := range problemCodes {
+		if c.reason == reason && c.code == st.Code() {
+			return protocolStatus[k], k, wait
 		}
-		return http.StatusServiceUnavailable, kind, wait
-	case codes.Unavailable:
+	}
+	if reason != "" {
+		kind = strings.ToLower(strings.ReplaceAll(reason, "_", "-"))
+	}
+	switch st.Code() {
+	case codes.Aborted, codes.Unavailable: // a handler's conflict or fault: retry
 		return http.StatusServiceUnavailable, kind, wait
 	}
 	return HTTPStatus(st.Code()), kind, wait
 }
 
-// problemKind is the problem kind of one of this package's ErrorInfo
-// reasons, or "".
-func problemKind(reason string) string {
-	for kind, c := range problemCodes {
-		if c.reason == reason {
-			return kind
-		}
-	}
-	return ""
+// protocolStatus is the HTTP status of each of the protocol's problems.
+var protocolStatus = map[string]int{
+	idempotency.ProblemMissingKey:       http.StatusBadRequest,
+	idempotency.ProblemInvalidKey:       http.StatusBadRequest,
+	idempotency.ProblemInvalidBody:      http.StatusBadRequest,
+	idempotency.ProblemBodyTooLarge:     http.StatusRequestEntityTooLarge,
+	idempotency.ProblemUnsupportedMedia: http.StatusUnsupportedMediaType,
+	idempotency.ProblemScopeRequired:    http.StatusUnauthorized,
+	idempotency.ProblemKeyReused:        http.StatusConflict,
+	idempotency.ProblemInProgress:       http.StatusConflict,
+	idempotency.ProblemStoreUnavailable: http.StatusServiceUnavailable,
+	idempotency.ProblemCommitUnknown:    http.StatusServiceUnavailable,
+	idempotency.ProblemExecutionFailed:  http.StatusInternalServerError,
+	idempotency.ProblemOutOfBounds:      http.StatusBadRequest,
 }

@@ -6,6 +6,8 @@ require (
 	github.com/orderguard/idempotency v0.0.0
 	github.com/orderguard/idempotency/examples/internal/dburl v0.0.0
 	github.com/orderguard/idempotency/grpc v0.0.0
+	github.com/orderguard/idempotency/postgres v0.0.0
+	github.com/stretchr/testify v1.12.1
 	google.golang.org/grpc v1.85.0
 	google.golang.org/protobuf v1.36.12
 )
@@ -21,9 +23,9 @@ require (
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
 	github.com/mattn/go-isatty v0.0.24 // indirect
 	github.com/ncruces/go-strftime v1.1.0 // indirect
-	github.com/orderguard/idempotency/postgres v0.0.0 // indirect
 	github.com/orderguard/idempotency/sqlite v0.0.0 // indirect
 	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
+	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/net v0.60.0 // indirect
 	golang.org/x/sync v0.24.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect

@@ -1,0 +1,212 @@
+package ordergrpc_test
+
+import (
+	"context"
+	"net/http/httptest"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/orderguard/idempotency"
+	"github.com/orderguard/idempotency/client"
+	"github.com/orderguard/idempotency/examples/grpcserver/ordergrpc"
+	"github.com/orderguard/idempotency/examples/grpcserver/orderpb"
+	"github.com/orderguard/idempotency/examples/orderservice"
+	"github.com/orderguard/idempotency/frontendtest"
+	idemgrpc "github.com/orderguard/idempotency/grpc"
+	"github.com/orderguard/idempotency/internal/testdb"
+)
+
+// bundle is the order service over gRPC and HTTP on one MariaDB database.
+type bundle struct {
+	db   *frontendtest.Env
+	grpc orderpb.OrderServiceClient
+	http string
+}
+
+func setup(t *testing.T, cfg idempotency.Config, store func(db *frontendtest.Env) idempotency.Store) *bundle {
+	t.Helper()
+	db, _ := testdb.MySQL(t)
+	require.NoError(t, orderservice.Setup(context.Background(), db, "mysql"))
+	env := &frontendtest.Env{DB: db, Dialect: "mysql", Mode: cfg.Mode}
+	var s idempotency.Store = idempotency.NewMySQLStore(db)
+	if store != nil {
+		s = store(env)
+	}
+	svc, err := orderservice.New(db, orderservice.Options{Idempotency: true, Store: s, Config: cfg})
+	require.NoError(t, err)
+	env.Service = svc
+	srv := httptest.NewServer(svc)
+	t.Cleanup(srv.Close)
+	return &bundle{db: env, grpc: serve(t, env), http: srv.URL}
+}
+
+func (b *bundle) orders(t *testing.T, user int64, key string) int {
+	t.Helper()
+	var n int
+	require.NoError(t, b.db.DB.QueryRow("SELECT COUNT(*) FROM purchase_order WHERE scope = ? AND idempotency_key = ?",
+		strconv.FormatInt(user, 10), key).Scan(&n))
+	return n
+}
+
+func call(user int64, key string) context.Context {
+	md := metadata.Pairs(ordergrpc.UserMetadata, strconv.FormatInt(user, 10))
+	if key != "" {
+		md.Set(idemgrpc.MetadataKey, key)
+	}
+	return metadata.NewOutgoingContext(context.Background(), md)
+}
+
+func createReq(user int64, quantity int32) *orderpb.CreateOrderRequest {
+	return &orderpb.CreateOrderRequest{UserId: user, SkuId: orderservice.FirstSKU, Quantity: quantity}
+}
+
+func errorInfo(t *testing.T, st *status.Status) *errdetails.ErrorInfo {
+	t.Helper()
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok {
+			return info
+		}
+	}
+	t.Fatalf("no ErrorInfo in %v", st.Proto())
+	return nil
+}
+
+// 64 concurrent calls of one key make one order, in both modes, and every
+// call ends (retried as the client interceptor retries) with that order.
+func TestCreateOrder_64ConcurrentCallsOfOneKey_OneOrder(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []idempotency.Mode{idempotency.ModeClaimFirst, idempotency.ModeSinglePhase} {
+		t.Run(strconv.Itoa(int(mode)), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, idempotency.Config{Mode: mode}, nil)
+			orders := make([]*orderpb.Order, 64)
+			errs := make([]error, 64)
+			var wg sync.WaitGroup
+			start := make(chan struct{})
+			for i := range orders {
+				wg.Go(func() {
+					<-start
+					ctx := idemgrpc.WithKey(call(7, ""), "storm-64")
+					orders[i], errs[i] = b.retrying(t).CreateOrder(ctx, createReq(7, 1))
+				})
+			}
+			close(start)
+			wg.Wait()
+			for i := range orders {
+				require.NoError(t, errs[i], "call %d", i)
+				require.True(t, proto.Equal(orders[0], orders[i]), "call %d got another order: %v, %v", i, orders[0], orders[i])
+			}
+			require.Equal(t, 1, b.orders(t, 7, "storm-64"))
+		})
+	}
+}
+
+// retrying is a client whose calls go through the client interceptor.
+func (b *bundle) retrying(t *testing.T) orderpb.OrderServiceClient {
+	return b.retryingWith(t, client.Policy{InitialDelay: 5 * time.Millisecond, MaxDelay: 50 * time.Millisecond})
+}
+
+func (b *bundle) retryingWith(t *testing.T, p client.Policy, opts ...grpc.DialOption) orderpb.OrderServiceClient {
+	t.Helper()
+	_ = b
+	return nil
+}
+
+// The same key with another request is FAILED_PRECONDITION, ErrorInfo
+// KEY_REUSED, never executed; the first order stands.
+func TestCreateOrder_ChangedRequestUnderAKey_FailedPreconditionNothingWritten(t *testing.T) {
+	t.Parallel()
+	b := setup(t, idempotency.Config{}, nil)
+	first, err := b.grpc.CreateOrder(call(7, "changed"), createReq(7, 1))
+	require.NoError(t, err)
+	_, err = b.grpc.CreateOrder(call(7, "changed"), createReq(7, 2))
+	st := status.Convert(err)
+	require.Equal(t, codes.FailedPrecondition, st.Code(), "%v", st.Proto())
+	info := errorInfo(t, st)
+	require.Equal(t, "KEY_REUSED", info.GetReason())
+	require.Equal(t, idemgrpc.ErrorDomain, info.GetDomain())
+	require.Equal(t, 1, b.orders(t, 7, "changed"))
+	var quantity int
+	require.NoError(t, b.db.DB.QueryRow("SELECT quantity FROM purchase_order WHERE order_no = ?", first.GetOrderNo()).Scan(&quantity))
+	require.Equal(t, 1, quantity, "the first order is untouched")
+}
+
+// With the database unreachable the call is UNAVAILABLE with a RetryInfo,
+// and nothing ran.
+func TestCreateOrder_DatabaseUnreachable_UnavailableWithRetryInfo(t *testing.T) {
+	t.Parallel()
+	b := setup(t, idempotency.Config{}, func(*frontendtest.Env) idempotency.Store {
+		return frontendtest.MySQL.Unreachable(t)
+	})
+	_, err := b.grpc.CreateOrder(call(7, "unreachable"), createReq(7, 1))
+	st := status.Convert(err)
+	require.Equal(t, codes.Unavailable, st.Code(), "%v", st.Proto())
+	var retry *errdetails.RetryInfo
+	for _, d := range st.Details() {
+		if r, ok := d.(*errdetails.RetryInfo); ok {
+			retry = r
+		}
+	}
+	require.NotNil(t, retry, "UNAVAILABLE says when to retry: %v", st.Proto())
+	require.Positive(t, retry.GetRetryDelay().AsDuration())
+	require.Equal(t, "STORE_UNAVAILABLE", errorInfo(t, st).GetReason())
+	require.Zero(t, b.orders(t, 7, "unreachable"))
+}
+
+// A key used over HTTP is the same action over gRPC: the call replays the
+// HTTP order, marked idempotent-replayed; other fields are KEY_REUSED.
+func TestCreateOrder_AKeyUsedOverHTTP_IsReplayedOverGRPC(t *testing.T) {
+	t.Parallel()
+	b := setup(t, idempotency.Config{}, nil)
+	h := frontendtest.HTTP(b.http).Create(context.Background(), frontendtest.Request{User: 7, Key: "both", SKU: orderservice.FirstSKU, Quantity: 1})
+	require.Equal(t, 201, h.Status, "%s", h)
+
+	var header metadata.MD
+	order, err := b.grpc.CreateOrder(call(7, "both"), createReq(7, 1), grpc.Header(&header))
+	require.NoError(t, err)
+	require.Equal(t, []string{"true"}, header.Get(idemgrpc.ReplayedKey))
+	require.Equal(t, h.OrderNo, order.GetOrderNo(), "the HTTP order, replayed")
+	require.Equal(t, int64(1000), order.GetTotalCents())
+
+	_, err = b.grpc.CreateOrder(call(7, "both"), createReq(7, 5))
+	require.Equal(t, "KEY_REUSED", errorInfo(t, status.Convert(err)).GetReason())
+	require.Equal(t, 1, b.orders(t, 7, "both"))
+
+	// And the other way: a key used over gRPC replays over HTTP.
+	g, err := b.grpc.CreateOrder(call(7, "grpc-first"), createReq(7, 2))
+	require.NoError(t, err)
+	again := frontendtest.HTTP(b.http).Create(context.Background(), frontendtest.Request{User: 7, Key: "grpc-first", SKU: orderservice.FirstSKU, Quantity: 2})
+	require.Equal(t, 201, again.Status, "%s", again)
+	require.True(t, again.Replayed, "%s", again)
+	require.Equal(t, g.GetOrderNo(), again.OrderNo)
+	require.Equal(t, 1, b.orders(t, 7, "grpc-first"))
+}
+
+// Without x-user-id the call is UNAUTHENTICATED; without a key,
+// INVALID_ARGUMENT MISSING_KEY; nothing is written either way.
+func TestCreateOrder_NoPrincipalOrNoKey_RefusedBeforeAnythingIsWritten(t *testing.T) {
+	t.Parallel()
+	b := setup(t, idempotency.Config{}, nil)
+	_, err := b.grpc.CreateOrder(metadata.NewOutgoingContext(context.Background(), metadata.Pairs(idemgrpc.MetadataKey, "k")), createReq(7, 1))
+	require.Equal(t, codes.Unauthenticated, status.Code(err), "%v", err)
+	_, err = b.grpc.CreateOrder(call(7, ""), createReq(7, 1))
+	st := status.Convert(err)
+	require.Equal(t, codes.InvalidArgument, st.Code())
+	require.Equal(t, "MISSING_KEY", errorInfo(t, st).GetReason())
+	var records int
+	require.NoError(t, b.db.DB.QueryRow("SELECT COUNT(*) FROM idempotency_record").Scan(&records))
+	require.Zero(t, records)
+}
+
+var _ = insecure.NewCredentials
