@@ -25,6 +25,7 @@ const (
 	ProblemExecutionFailed  = "execution-failed"       // 500: the handler failed (a bug); final, not retried
 	ProblemStoreUnavailable = "store-unavailable"      // 503: retry with the same key
 	ProblemCommitUnknown    = "commit-outcome-unknown" // 503: retry with the same key
+	ProblemRerunRefused     = "rerun-refused"          // 503: retry with the same key
 )
 
 // maxProblemBytes bounds how much of a response body is buffered to parse a
