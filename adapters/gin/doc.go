@@ -42,7 +42,9 @@
 // whatever is written after the middleware returns is not recorded.
 // Handlers that add to c.Errors and write no answer, leaving it to a
 // renderer in front, are answered 500 (rolled back, key released) rather
-// than committed as an empty 200.
+// than committed as an empty 200; so are handlers that set a bodiless
+// status (c.Status(201)), which gin writes only after the renderer had its
+// turn.
 //
 // # Running the handlers again
 //

@@ -108,11 +108,12 @@ func serve(m *idempotency.Middleware, c *gin.Context, handle func()) {
 		c.Request = r
 		handle()
 		if rw != nil {
-			if !rw.Written() && rw.Status() == http.StatusOK && len(c.Errors) > errs {
-				// Errors and no answer: the handlers left the answer to an
-				// error renderer in front of m, which would write it after
-				// the commit, unrecorded, over a committed empty 200.
-				// Answer 500 instead: rolled back, key released.
+			if !rw.Written() && len(c.Errors) > errs {
+				// Errors and no answer written (a bodiless c.Status(201)
+				// is not written yet either): the handlers left the answer
+				// to an error renderer in front of m, which would write it
+				// after the commit, unrecorded, over a committed empty
+				// answer. Answer 500 instead: rolled back, key released.
 				c.AbortWithStatus(http.StatusInternalServerError)
 			}
 			rw.WriteHeaderNow() // as gin's engine does after a chain, for a bodiless c.Status(201)

@@ -560,6 +560,30 @@ func TestErrorsWithoutAnswer_RollBackAs500(t *testing.T) {
 	})
 }
 
+// A bodiless c.Status(201) is not written until gin's chain ends, so
+// handlers that set it and then add to c.Errors leave the answer to the
+// renderer in front as much as handlers that set nothing: gin with the
+// renderer answers the errors and the application rolls back. Neither may
+// the middleware commit the 201.
+func TestErrorsAfterABodilessStatus_RollBackAs500(t *testing.T) {
+	forEachConstructor(t, func(t *testing.T, ctor constructor) {
+		b := setupWithFront(t, ctor, idempotency.Config{}, []gin.HandlerFunc{renderErrors}, func(c *gin.Context) {
+			if _, err := insertOrder(c, 20001, 1, true); err != nil {
+				insertFailed(c, err)
+				return
+			}
+			c.Status(http.StatusCreated)
+			_ = c.Error(errors.New("coupon already used"))
+			c.Abort()
+		})
+
+		a := b.post(t, "bodiless-1", body)
+		require.Equal(t, http.StatusInternalServerError, a.Status, "body: %s", a.Body)
+		require.Zero(t, b.count(t, "purchase_order"), "an order for a request the renderer refuses")
+		require.Zero(t, b.count(t, "idempotency_record"), "the key is released")
+	})
+}
+
 func TestKeyOptional_PassesKeylessRequestsThroughUnrecorded(t *testing.T) {
 	forEachConstructor(t, func(t *testing.T, ctor constructor) {
 		b := setup(t, ctor, idempotency.Config{KeyOptional: true}, func(c *gin.Context) {
