@@ -78,6 +78,16 @@
 // Middleware refuses it the same way (503 rerun-refused, rolled back, key
 // released).
 //
+// A differential test (differential_test.go) runs thousands of generated
+// chains of guards, error renderers, panics, writes before and after
+// c.Next(), early returns and the create handler through Wrap (both modes,
+// with forced re-runs) and Middleware, and through gin alone, and requires
+// the same status, body, headers, committed orders and handler calls, or
+// one of the answers documented here: a panic is answered 500
+// execution-failed by the middleware, not by the recovery in front; errors
+// left to a renderer in front are answered 500; a refused run is 503
+// rerun-refused. None of them commits anything.
+//
 // # Why a dedicated adapter
 //
 // Running the handlers as the middleware's next handler with a plain
