@@ -167,7 +167,7 @@ func Run(t testing.TB, f Front, o Options) *Report {
 const (
 	maxFailuresKept      = 10
 	maxFailuresShrunk    = 3
-	minChainsForCoverage = 1000
+	minChainsForCoverage = 2000
 )
 
 type failure struct {
@@ -185,9 +185,12 @@ func requireCoverage(t testing.TB, f Front, o Options, r *Report) {
 	if !f.Rules.Reruns || o.Mode != idempotency.ModeSinglePhase {
 		return
 	}
+	// Far below what a run gives (the rarest, a key read first whose run
+	// answered a non-final status, is about 1 in 150), so that the check
+	// never fails by chance.
 	for _, force := range []Rerun{RerunRollback, RerunRenewal, RerunRenewalAtInsert} {
-		if r.RerunsBy[force] < r.Chains/200 {
-			t.Errorf("%s, %s: %d of %d chains ran again by %s: want at least 1 in 200 to say anything about that way of running again",
+		if r.RerunsBy[force] < r.Chains/1000 {
+			t.Errorf("%s, %s: %d of %d chains ran again by %s: want at least 1 in 1000 to say anything about that way of running again",
 				f.Name, modeName(o.Mode), r.RerunsBy[force], r.Chains, force)
 		}
 	}
