@@ -236,7 +236,7 @@ func (e *Exchange) trace() []string {
 func (e *Exchange) abortedBefore() bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	for run := range e.run {
+	for run := 1; run < e.run; run++ {
 		if e.aborted[run] {
 			return true
 		}
