@@ -65,6 +65,17 @@ var (
 	// 500; everything the infrastructure causes is answered 503.
 	ErrHandlerFailed = errors.New("idempotency: handler failed")
 
+	// ErrRerunRefused is what a front-end panics with when the middleware
+	// asks it to run the handler again within one request (single-phase,
+	// after the database rolled a run back or to renew a key past its
+	// retention) and it cannot run it the way its framework runs a first
+	// run: gin, for one, cannot undo an abort, so it cannot tell where a
+	// run after an aborted run would have stopped. The middleware rolls the
+	// run back, releases the key and answers 503 rerun-refused with
+	// Retry-After, whatever Config.IsFinalFunc says: the retry is a new
+	// request, which runs the handler as a first run.
+	ErrRerunRefused = errors.New("idempotency: the front-end cannot run the handler again in this request")
+
 	// ErrClaimOutOfBounds means a Claim would not fit the record table: an
 	// empty key, a scope or key over 255 bytes, a fingerprint or owner
 	// over 128, or a value the dialect's text columns cannot hold (see
@@ -90,6 +101,7 @@ const (
 	ProblemStoreUnavailable = "store-unavailable"
 	ProblemCommitUnknown    = "commit-outcome-unknown"
 	ProblemOutOfBounds      = "out-of-bounds"
+	ProblemRerunRefused     = "rerun-refused"
 )
 
 // ProblemTypePrefix is prepended to a problem kind to form its RFC 9457 type.
@@ -178,6 +190,9 @@ func problemFor(err error, conflictStatus int) *Problem {
 	case errors.Is(err, ErrCommitUnknown):
 		return NewProblem(http.StatusServiceUnavailable, ProblemCommitUnknown, "Outcome unknown",
 			"The database connection failed during commit. Retry with the same key after Retry-After: the retry will see the real outcome.")
+	case errors.Is(err, ErrRerunRefused):
+		return NewProblem(http.StatusServiceUnavailable, ProblemRerunRefused, "Request not run again",
+			"The handler had to run again within this request, which the server cannot do safely; nothing was recorded for this key. Retry with the same key after Retry-After.")
 	case errors.Is(err, ErrHandlerFailed):
 		return NewProblem(http.StatusInternalServerError, ProblemExecutionFailed, "Request failed",
 			"The handler failed and was rolled back; nothing was recorded for this key. This is a server bug: a retry with the same key executes again.")

@@ -80,7 +80,7 @@ const (
 	verdictCommit verdict = iota // 2xx or 3xx: commit with the snapshot
 	verdictReject                // final non-2xx: roll back, store the answer
 	verdictRetry                 // non-final: roll back, let a retry execute
-	verdictBroken                // panic or unstorable answer: roll back, 500
+	verdictBroken                // panic or unstorable answer: roll back, 500 (503 for ErrRerunRefused)
 )
 
 func (h *handlerResult) verdict(isFinal func(int) bool) verdict {
@@ -100,6 +100,9 @@ func (h *handlerResult) verdict(isFinal func(int) bool) verdict {
 }
 
 func (h *handlerResult) err(limit int) error {
+	if refused, ok := h.panicked.(error); ok && errors.Is(refused, ErrRerunRefused) {
+		return refused // not the handler's failure: answered 503 (see ErrRerunRefused)
+	}
 	if h.panicked != nil {
 		return fmt.Errorf("%w: panicked: %v", ErrHandlerFailed, h.panicked)
 	}

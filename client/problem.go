@@ -26,6 +26,7 @@ const (
 	ProblemStoreUnavailable = "store-unavailable"      // 503: retry with the same key
 	ProblemCommitUnknown    = "commit-outcome-unknown" // 503: retry with the same key
 	ProblemOutOfBounds      = "out-of-bounds"          // 400: the store cannot record this scope or key; final
+	ProblemRerunRefused     = "rerun-refused"          // 503: retry with the same key
 )
 
 // maxProblemBytes bounds how much of a response body is buffered to parse a

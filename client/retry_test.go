@@ -35,6 +35,7 @@ func TestOnlyTransientFailuresAreRetried(t *testing.T) {
 		{"502 is retried", status(http.StatusBadGateway), true, 0},
 		{"503 store-unavailable is retried", problem(http.StatusServiceUnavailable, ProblemStoreUnavailable), true, 0},
 		{"503 commit-outcome-unknown is retried", problem(http.StatusServiceUnavailable, ProblemCommitUnknown), true, 0},
+		{"503 rerun-refused is retried", problem(http.StatusServiceUnavailable, ProblemRerunRefused), true, 0},
 		{"504 is retried", status(http.StatusGatewayTimeout), true, 0},
 
 		{"409 key-reused is final", problem(http.StatusConflict, ProblemKeyReused), false, http.StatusConflict},

@@ -158,6 +158,7 @@ var problemCodes = map[string]struct {
 	idempotency.ProblemCommitUnknown:    {codes.Unavailable, "COMMIT_OUTCOME_UNKNOWN"},
 	idempotency.ProblemExecutionFailed:  {codes.Internal, "EXECUTION_FAILED"},
 	idempotency.ProblemOutOfBounds:      {codes.InvalidArgument, "OUT_OF_BOUNDS"},
+	idempotency.ProblemRerunRefused:     {codes.Unavailable, "RERUN_REFUSED"},
 }
 
 // problemStatus is a problem in gRPC's terms: its code, an ErrorInfo with

@@ -130,4 +130,5 @@ var protocolStatus = map[string]int{
 	idempotency.ProblemCommitUnknown:    http.StatusServiceUnavailable,
 	idempotency.ProblemExecutionFailed:  http.StatusInternalServerError,
 	idempotency.ProblemOutOfBounds:      http.StatusBadRequest,
+	idempotency.ProblemRerunRefused:     http.StatusServiceUnavailable,
 }

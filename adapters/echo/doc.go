@@ -33,6 +33,25 @@
 // in c.Response(), may even be another request's (a single-phase duplicate
 // replays the winner). Log handler errors inside the chain.
 //
+// # Running the handler again
+//
+// In ModeSinglePhase the middleware may run the handler more than once in
+// one request: after the database rolled a run back (up to three runs), or
+// to renew a key past its retention. echo has no abort state to carry over:
+// each run calls next(c) again, with a new echo.Response over that run's
+// recording and the request of that run, so it stops, answers and fails as
+// a first run does. Values a discarded run stored with c.Set stay.
+//
+// A differential test (differential_test.go) runs thousands of generated
+// chains of guards, returned errors, panics (with echo's Recover in front or
+// among the protected middleware), writes before and after next(c), early
+// returns and the create handler through the middleware (both modes, with
+// forced re-runs) and through echo alone, and requires the same status,
+// body, headers, committed orders and handler calls. The one documented
+// difference: a panic that no Recover behind the middleware catches is
+// answered 500 execution-failed by the middleware, rolled back, not by the
+// Recover in front.
+//
 // # Why not echo.WrapMiddleware(m.Handler)
 //
 // WrapMiddleware gives the handler the recorder and the request with the

@@ -42,7 +42,9 @@
 // whatever is written after the middleware returns is not recorded.
 // Handlers that add to c.Errors and write no answer, leaving it to a
 // renderer in front, are answered 500 (rolled back, key released) rather
-// than committed as an empty 200.
+// than committed as an empty 200; so are handlers that set a bodiless
+// status (c.Status(201)), which gin writes only after the renderer had its
+// turn.
 //
 // # Running the handlers again
 //
@@ -50,22 +52,41 @@
 // one request: after the database rolled a run back (up to three runs), or
 // to renew a key past its retention. Wrap calls its handlers itself, so each
 // run calls them all again from the first, with the c.Errors of the run
-// before dropped (c.Keys set by a discarded run stay). Two things follow
+// before dropped (c.Keys set by a discarded run stay). Three things follow
 // from calling them outside gin's chain:
 //
 //   - A handler given to Wrap must not call c.Next(): gin would go on with
 //     the route's handlers after Wrap, not with the next handler given to
-//     Wrap. Register middleware that calls c.Next() (a logger, a recovery)
-//     in front of Wrap.
-//   - gin offers no way to undo an abort. A run after a run that aborted
-//     (say with c.AbortWithStatusJSON(201, ...)) starts aborted, so it stops
-//     after the handler that answered (wrote the header) rather than after
-//     the first; and c.IsAborted() stays true after the request.
+//     Wrap. Register middleware that calls c.Next() (a logger, a recovery,
+//     an error renderer) in front of Wrap.
+//   - gin offers no way to undo an abort, and while a context is aborted a
+//     further abort cannot be seen. A run after a run that aborted (a
+//     guard's c.Status(400); c.Abort(), c.Error(err); c.Abort(), any
+//     c.AbortWithStatusJSON) cannot stop where gin would: a guard that
+//     refuses without writing would be walked past and the handlers after
+//     it would commit an order it refused. So Wrap fails closed: such a run
+//     calls no handler, is rolled back, the key released, and the client
+//     answered 503 rerun-refused with Retry-After
+//     (idempotency.ErrRerunRefused), whatever Config.IsFinalFunc says. The
+//     retry is a new request, whose first run is gin's. Runs after runs
+//     that did not abort are gin's too.
+//   - c.IsAborted() stays true after a request any of whose runs aborted.
 //
-// Middleware cannot do this: gin walks its chain with an unexported index,
-// and a second c.Next() would run nothing and commit an empty 200. Should a
-// claim-first route ever ask for a second run, Middleware fails it like a
-// handler panic (500, rolled back, key released).
+// Middleware cannot run the chain again: gin walks its chain with an
+// unexported index, and a second c.Next() would run nothing and commit an
+// empty 200. Should a claim-first route ever ask for a second run,
+// Middleware refuses it the same way (503 rerun-refused, rolled back, key
+// released).
+//
+// A differential test (differential_test.go) runs thousands of generated
+// chains of guards, error renderers, panics, writes before and after
+// c.Next(), early returns and the create handler through Wrap (both modes,
+// with forced re-runs) and Middleware, and through gin alone, and requires
+// the same status, body, headers, committed orders and handler calls, or
+// one of the answers documented here: a panic is answered 500
+// execution-failed by the middleware, not by the recovery in front; errors
+// left to a renderer in front are answered 500; a refused run is 503
+// rerun-refused. None of them commits anything.
 //
 // # Why a dedicated adapter
 //

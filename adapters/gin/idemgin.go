@@ -1,7 +1,7 @@
 package idemgin
 
 import (
-	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 
@@ -20,9 +20,11 @@ import (
 // transaction and c.Writer records the answer. A single-phase route may run
 // them more than once in one request (see the package documentation): each
 // run starts again from the first handler with the c.Errors of the run
-// before dropped. Handlers given to Wrap must not call c.Next(): gin would
-// go on with the route's handlers after Wrap, not with the next handler
-// given here. Wrap panics without m or handlers.
+// before dropped, unless a run before it aborted: gin cannot undo an abort,
+// so such a run is refused, rolled back and answered 503 rerun-refused (see
+// idempotency.ErrRerunRefused). Handlers given to Wrap must not call
+// c.Next(): gin would go on with the route's handlers after Wrap, not with
+// the next handler given here. Wrap panics without m or handlers.
 func Wrap(m *idempotency.Middleware, handlers ...gin.HandlerFunc) gin.HandlerFunc {
 	if m == nil {
 		panic("idemgin: Wrap needs an *idempotency.Middleware")
@@ -32,9 +34,24 @@ func Wrap(m *idempotency.Middleware, handlers ...gin.HandlerFunc) gin.HandlerFun
 	}
 	handlers = slices.Clone(handlers)
 	return func(c *gin.Context) {
-		serve(m, c, func() { callInOrder(c, handlers) })
+		serve(m, c, func() {
+			if c.IsAborted() {
+				panic(errAbortedBefore)
+			}
+			callInOrder(c, handlers)
+		})
 	}
 }
+
+// errAbortedBefore refuses a run that starts with the chain aborted: a run
+// after a run that aborted. gin keeps an abort in an unexported index that
+// nothing can reset, and while it is set an abort is invisible, so such a
+// run cannot stop where gin would: a guard's c.Status(400); c.Abort() would
+// be walked past and the handlers after it would commit an order the guard
+// refused. Nothing can tell what the run would have decided, so it fails
+// closed: rolled back, key released, 503 with Retry-After. The retry is a
+// new request, a first run.
+var errAbortedBefore = fmt.Errorf("%w: idemgin: a run of Wrap's handlers after a run that aborted (gin cannot undo an abort)", idempotency.ErrRerunRefused)
 
 // Middleware returns m as gin middleware for a claim-first route: the
 // handlers registered after it are the protected handler, run once by
@@ -65,8 +82,9 @@ func Middleware(m *idempotency.Middleware) gin.HandlerFunc {
 
 // errRunAgain is the panic of a second run of the chain, which claim-first
 // never asks for: a second c.Next() would run nothing and commit an empty
-// 200, where the panic is answered 500, rolled back, the key released.
-var errRunAgain = errors.New("idemgin: Middleware cannot run gin's chain a second time; use idemgin.Wrap")
+// 200, where the panic is rolled back, the key released and the client
+// answered 503 rerun-refused.
+var errRunAgain = fmt.Errorf("%w: idemgin: Middleware cannot run gin's chain a second time; use idemgin.Wrap", idempotency.ErrRerunRefused)
 
 // serve runs m in front of handle, the protected handlers, which m may call
 // once per run. Each run sees the request that carries the transaction and a
@@ -90,11 +108,12 @@ func serve(m *idempotency.Middleware, c *gin.Context, handle func()) {
 		c.Request = r
 		handle()
 		if rw != nil {
-			if !rw.Written() && rw.Status() == http.StatusOK && len(c.Errors) > errs {
-				// Errors and no answer: the handlers left the answer to an
-				// error renderer in front of m, which would write it after
-				// the commit, unrecorded, over a committed empty 200.
-				// Answer 500 instead: rolled back, key released.
+			if !rw.Written() && len(c.Errors) > errs {
+				// Errors and no answer written (a bodiless c.Status(201)
+				// is not written yet either): the handlers left the answer
+				// to an error renderer in front of m, which would write it
+				// after the commit, unrecorded, over a committed empty
+				// answer. Answer 500 instead: rolled back, key released.
 				c.AbortWithStatus(http.StatusInternalServerError)
 			}
 			rw.WriteHeaderNow() // as gin's engine does after a chain, for a bodiless c.Status(201)
@@ -107,15 +126,11 @@ func serve(m *idempotency.Middleware, c *gin.Context, handle func()) {
 }
 
 // callInOrder calls handlers as gin's chain would: in order, stopping after
-// one that aborted. gin keeps an abort in an unexported index that nothing
-// can reset, so a run after a run that aborted starts aborted; it then stops
-// after the handler that answered (wrote the header), as an aborting gin
-// handler does (c.AbortWithStatus, c.AbortWithStatusJSON).
+// one that aborted. c must not be aborted yet (see errAbortedBefore).
 func callInOrder(c *gin.Context, handlers []gin.HandlerFunc) {
-	abortedBefore := c.IsAborted()
 	for _, h := range handlers {
 		h(c)
-		if c.IsAborted() && (!abortedBefore || c.Writer.Written()) {
+		if c.IsAborted() {
 			return
 		}
 	}
