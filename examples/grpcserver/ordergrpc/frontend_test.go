@@ -28,15 +28,17 @@ func TestFrontend_GRPC(t *testing.T) {
 	t.Parallel()
 	for _, db := range []frontendtest.Database{frontendtest.MySQL, pgtest.Database} {
 		frontendtest.Exercise(t, db, func(t *testing.T, env *frontendtest.Env) frontendtest.Frontend {
-			return grpcFrontend{client: serve(t, env)}
+			client, _ := serve(t, env)
+			return grpcFrontend{client: client}
 		})
 	}
 }
 
-// serve serves env's service over gRPC on loopback and returns a client.
-func serve(t *testing.T, env *frontendtest.Env) orderpb.OrderServiceClient {
+// serve serves env's service over gRPC on loopback, with opts before the
+// server's own, and returns a client and the address.
+func serve(t *testing.T, env *frontendtest.Env, opts ...grpc.ServerOption) (orderpb.OrderServiceClient, string) {
 	t.Helper()
-	srv, err := ordergrpc.New(env.Service)
+	srv, err := ordergrpc.New(env.Service, opts...)
 	require.NoError(t, err)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -45,7 +47,7 @@ func serve(t *testing.T, env *frontendtest.Env) orderpb.OrderServiceClient {
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(t, err)
 	t.Cleanup(func() { conn.Close() })
-	return orderpb.NewOrderServiceClient(conn)
+	return orderpb.NewOrderServiceClient(conn), lis.Addr().String()
 }
 
 // grpcFrontend is the suite's client over gRPC: x-user-id and

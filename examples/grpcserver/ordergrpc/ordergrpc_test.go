@@ -5,9 +5,11 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -31,7 +33,9 @@ import (
 type bundle struct {
 	db   *frontendtest.Env
 	grpc orderpb.OrderServiceClient
+	addr string
 	http string
+	keys *seenKeys
 }
 
 func setup(t *testing.T, cfg idempotency.Config, store func(db *frontendtest.Env) idempotency.Store) *bundle {
@@ -48,7 +52,9 @@ func setup(t *testing.T, cfg idempotency.Config, store func(db *frontendtest.Env
 	env.Service = svc
 	srv := httptest.NewServer(svc)
 	t.Cleanup(srv.Close)
-	return &bundle{db: env, grpc: serve(t, env), http: srv.URL}
+	keys := &seenKeys{}
+	c, addr := serve(t, env, grpc.ChainUnaryInterceptor(keys.record))
+	return &bundle{db: env, grpc: c, addr: addr, http: srv.URL, keys: keys}
 }
 
 func (b *bundle) orders(t *testing.T, user int64, key string) int {
@@ -117,10 +123,79 @@ func (b *bundle) retrying(t *testing.T) orderpb.OrderServiceClient {
 	return b.retryingWith(t, client.Policy{InitialDelay: 5 * time.Millisecond, MaxDelay: 50 * time.Millisecond})
 }
 
-func (b *bundle) retryingWith(t *testing.T, p client.Policy, opts ...grpc.DialOption) orderpb.OrderServiceClient {
+func (b *bundle) retryingWith(t *testing.T, p client.Policy) orderpb.OrderServiceClient {
 	t.Helper()
-	_ = b
-	return nil
+	conn, err := grpc.NewClient(b.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithUnaryInterceptor(idemgrpc.UnaryClientInterceptor(p)))
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close() })
+	return orderpb.NewOrderServiceClient(conn)
+}
+
+// seenKeys records the idempotency-key of every call the server received.
+type seenKeys struct {
+	mu   sync.Mutex
+	keys []string
+}
+
+func (s *seenKeys) record(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	s.mu.Lock()
+	s.keys = append(s.keys, md.Get(idemgrpc.MetadataKey)...)
+	s.mu.Unlock()
+	return handler(ctx, req)
+}
+
+func (s *seenKeys) all() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.keys...)
+}
+
+// failingClaims fails the first n claims as a server that turned read-only
+// in a failover does (1290): nothing landed, the attempt is answered 503.
+type failingClaims struct {
+	idempotency.Store
+	n atomic.Int32
+}
+
+func (f *failingClaims) Claim(ctx context.Context, c idempotency.Claim) (idempotency.Lease, error) {
+	if f.n.Add(-1) >= 0 {
+		return idempotency.Lease{}, &mysql.MySQLError{Number: 1290, Message: "The MariaDB server is running with the --read-only option"}
+	}
+	return f.Store.Claim(ctx, c)
+}
+
+// The client interceptor makes one key for a call and sends it on every
+// attempt: two UNAVAILABLE answers, then the order, all under one key; a
+// final answer (KEY_REUSED) is not retried.
+func TestClientInterceptor_OneKeyAcrossRetries_OnlyRetryableAnswersRetried(t *testing.T) {
+	t.Parallel()
+	var store *failingClaims
+	b := setup(t, idempotency.Config{}, func(env *frontendtest.Env) idempotency.Store {
+		store = &failingClaims{Store: idempotency.NewMySQLStore(env.DB)}
+		store.n.Store(2)
+		return store
+	})
+	c := b.retrying(t)
+	order, err := c.CreateOrder(call(7, ""), createReq(7, 1))
+	require.NoError(t, err)
+	keys := b.keys.all()
+	require.Len(t, keys, 3, "two UNAVAILABLE answers retried, then the order")
+	require.Equal(t, keys[0], keys[1])
+	require.Equal(t, keys[0], keys[2], "one key for every attempt of the call")
+	require.NoError(t, client.CheckKey(keys[0]))
+	require.Equal(t, 1, b.orders(t, 7, keys[0]))
+
+	// WithKey's key is the call's; the same key with another request is
+	// final: one attempt.
+	before := len(b.keys.all())
+	_, err = c.CreateOrder(idemgrpc.WithKey(call(7, ""), keys[0]), createReq(7, 4))
+	require.Equal(t, codes.FailedPrecondition, status.Code(err))
+	require.Len(t, b.keys.all(), before+1, "KEY_REUSED is not retried")
+	again, err := c.CreateOrder(idemgrpc.WithKey(call(7, ""), keys[0]), createReq(7, 1))
+	require.NoError(t, err)
+	require.True(t, proto.Equal(order, again), "the key's order, replayed")
 }
 
 // The same key with another request is FAILED_PRECONDITION, ErrorInfo
@@ -208,5 +283,3 @@ func TestCreateOrder_NoPrincipalOrNoKey_RefusedBeforeAnythingIsWritten(t *testin
 	require.NoError(t, b.db.DB.QueryRow("SELECT COUNT(*) FROM idempotency_record").Scan(&records))
 	require.Zero(t, records)
 }
-
-var _ = insecure.NewCredentials
