@@ -117,13 +117,19 @@ func (a Answer) retryable() bool {
 	return a.Err != nil || a.RetryAfter && (a.Status == 503 || (a.Status == 409 && a.Kind == idempotency.ProblemInProgress))
 }
 
-// Exercise runs the suite on db against the front-end build makes, in both
-// modes.
-func Exercise(t *testing.T, db Database, build Build) {
-	for _, mode := range []struct {
-		name string
-		mode idempotency.Mode
-	}{{"claim-first", idempotency.ModeClaimFirst}, {"single-phase", idempotency.ModeSinglePhase}} {
+// Exercise runs the suite on db against the front-end build makes, in
+// modes (both when none are given; a front-end that cannot run a handler
+// again, such as gin's chain Middleware, names claim-first only).
+func Exercise(t *testing.T, db Database, build Build, modes ...idempotency.Mode) {
+	if len(modes) == 0 {
+		modes = []idempotency.Mode{idempotency.ModeClaimFirst, idempotency.ModeSinglePhase}
+	}
+	names := map[idempotency.Mode]string{idempotency.ModeClaimFirst: "claim-first", idempotency.ModeSinglePhase: "single-phase"}
+	for _, m := range modes {
+		mode := struct {
+			name string
+			mode idempotency.Mode
+		}{names[m], m}
 		t.Run(db.Name()+"/"+mode.name, func(t *testing.T) {
 			t.Parallel()
 			s := newSuite(t, db, mode.mode, build)

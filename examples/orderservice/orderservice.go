@@ -259,9 +259,8 @@ func (s *Service) protect(route string, fp idempotency.FingerprintConfig, h txHa
 // input policy, not a fix: the scope must be canonical either way.
 func (s *Service) authenticated(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if _, err := userID(r); err != nil {
-			idempotency.WriteProblem(w, idempotency.NewProblem(http.StatusUnauthorized,
-				idempotency.ProblemScopeRequired, "Unauthenticated", "Send X-User-ID: a positive integer."))
+		if _, p := Principal(r); p != nil {
+			idempotency.WriteProblem(w, p)
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -293,37 +292,68 @@ func userID(r *http.Request) (int64, error) {
 // request is 400, a user_id that is not the caller's is 403.
 func validateCreate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 64<<10))
-		if err != nil {
-			var tooLarge *http.MaxBytesError
-			if errors.As(err, &tooLarge) {
-				idempotency.WriteProblem(w, idempotency.NewProblem(http.StatusRequestEntityTooLarge,
-					idempotency.ProblemBodyTooLarge, "Request body too large", err.Error()))
-				return
-			}
-			badRequest(w, err.Error())
+		if p := CheckCreate(w, r); p != nil {
+			idempotency.WriteProblem(w, p)
 			return
 		}
-		var req CreateRequest
-		if err := json.Unmarshal(body, &req); err != nil {
-			badRequest(w, "body must be a JSON object {user_id, sku_id, quantity, coupon_id?}: "+err.Error())
-			return
-		}
-		if uid, _ := userID(r); ValidateCreate(uid, req) != nil {
-			idempotency.WriteProblem(w, ValidateCreate(uid, req))
-			return
-		}
-		r.Body = io.NopCloser(bytes.NewReader(body))
-		r.ContentLength = int64(len(body))
 		next.ServeHTTP(w, r)
 	})
+}
+
+// CheckCreate is POST /orders's check before the middleware claims a key,
+// for any framework's handler in front of it: the body read through a 64
+// KiB limit (413 body-too-large), decoded as a create request (400
+// invalid-body) and checked against the principal (ValidateCreate). On
+// success r.Body is the body again, from its start, and it returns nil.
+func CheckCreate(w http.ResponseWriter, r *http.Request) *idempotency.Problem {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 64<<10))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return idempotency.NewProblem(http.StatusRequestEntityTooLarge,
+				idempotency.ProblemBodyTooLarge, "Request body too large", err.Error())
+		}
+		return invalidBody(err.Error())
+	}
+	var req CreateRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		return invalidBody("body must be a JSON object {user_id, sku_id, quantity, coupon_id?}: " + err.Error())
+	}
+	uid, _ := userID(r)
+	if p := ValidateCreate(uid, req); p != nil {
+		return p
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	r.ContentLength = int64(len(body))
+	return nil
+}
+
+// CreateFromHTTP is POST /orders inside the middleware, for any framework's
+// handler: the create request decoded from r's body and created by Create in
+// the record's transaction (idempotency.TxFromContext), for r's principal.
+func (s *Service) CreateFromHTTP(r *http.Request) Reply {
+	tx, ok := idempotency.TxFromContext(r.Context())
+	if !ok {
+		return failure(idempotency.ErrNoTransaction)
+	}
+	return s.createOrder(r.Context(), tx, r)
+}
+
+// Principal returns the request's principal (X-User-ID, a positive
+// integer), or the 401 problem to answer.
+func Principal(r *http.Request) (int64, *idempotency.Problem) {
+	uid, err := userID(r)
+	if err != nil {
+		return 0, idempotency.NewProblem(http.StatusUnauthorized,
+			idempotency.ProblemScopeRequired, "Unauthenticated", "Send X-User-ID: a positive integer.")
+	}
+	return uid, nil
 }
 
 func internalError(w http.ResponseWriter, err error) {
 	idempotency.WriteProblem(w, failure(err).Problem)
 }
 
-func badRequest(w http.ResponseWriter, detail string) {
-	idempotency.WriteProblem(w, idempotency.NewProblem(http.StatusBadRequest,
-		idempotency.ProblemInvalidBody, "Invalid request body", detail))
+func invalidBody(detail string) *idempotency.Problem {
+	return idempotency.NewProblem(http.StatusBadRequest, idempotency.ProblemInvalidBody, "Invalid request body", detail)
 }
