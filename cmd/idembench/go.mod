@@ -8,9 +8,13 @@ require (
 	github.com/gofiber/storage/redis/v3 v3.4.3
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/orderguard/idempotency v0.0.0
+	github.com/orderguard/idempotency/examples/grpcserver v0.0.0
+	github.com/orderguard/idempotency/grpc v0.0.0
 	github.com/orderguard/idempotency/redis v0.0.0
 	github.com/redis/go-redis/v9 v9.23.0
 	gonum.org/v1/plot v0.17.0
+	google.golang.org/grpc v1.85.0
+	google.golang.org/protobuf v1.36.12
 )
 
 require (
@@ -18,6 +22,7 @@ require (
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
 	golang.org/x/sync v0.24.0 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
 )
 
 require (
@@ -46,9 +51,9 @@ require (
 	github.com/valyala/bytebufferpool v1.0.0 // indirect
 	github.com/valyala/fasthttp v1.69.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
-	golang.org/x/crypto v0.48.0 // indirect
+	golang.org/x/crypto v0.57.0 // indirect
 	golang.org/x/image v0.30.0 // indirect
-	golang.org/x/net v0.50.0 // indirect
+	golang.org/x/net v0.60.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
 	modernc.org/libc v1.80.1 // indirect
@@ -64,3 +69,9 @@ replace github.com/orderguard/idempotency/sqlite => ../../sqlite
 replace github.com/orderguard/idempotency/redis => ../../redis
 
 replace github.com/orderguard/idempotency/postgres => ../../postgres
+
+replace github.com/orderguard/idempotency/grpc => ../../grpc
+
+replace github.com/orderguard/idempotency/examples/grpcserver => ../../examples/grpcserver
+
+replace github.com/orderguard/idempotency/examples/internal/dburl => ../../examples/internal/dburl

@@ -56,6 +56,7 @@ var (
 type request struct {
 	key  string // "" sends no key header
 	user int
+	sku  int // index into the catalog (firstSKU+sku), as body has it
 	body []byte
 	want []byte // if set, the response body must equal it (a replay)
 	url  string // if set, sent here instead of the target's url (several instances)
@@ -90,6 +91,10 @@ type target struct {
 	// as an error nor as a completed request: the cluster family's bare
 	// baseline on two nodes, whose commits can fail certification (503).
 	tolerateStatus int
+	// call, if set, sends the request instead of HTTP (the gRPC family):
+	// it returns the answer's status in HTTP's terms, leaves its body in
+	// w.buf, and reports whether it was marked a replay.
+	call func(w *worker, rq request) (status int, replayed bool, err error)
 }
 
 type worker struct {
@@ -112,8 +117,8 @@ func newWorker(id int) *worker { return &worker{id: id} }
 // genBaseline: no key (B0).
 func genBaseline(w *worker) request {
 	w.n++
-	u := w.user()
-	return request{user: u, body: bodies[u][(w.id*7+w.n)%numSKUs]}
+	u, sku := w.user(), (w.id*7+w.n)%numSKUs
+	return request{user: u, sku: sku, body: bodies[u][sku]}
 }
 
 // genNewKey: a fresh key every time (B1).
@@ -127,6 +132,7 @@ func genNewKey(w *worker) request {
 type poolEntry struct {
 	key  string
 	user int
+	sku  int
 	body []byte
 	resp []byte
 }
@@ -136,7 +142,7 @@ func genReplay(pool []poolEntry) generator {
 	var next atomic.Uint64
 	return func(w *worker) request {
 		e := &pool[(next.Add(1)-1)%uint64(len(pool))]
-		return request{key: e.key, user: e.user, body: e.body, want: e.resp}
+		return request{key: e.key, user: e.user, sku: e.sku, body: e.body, want: e.resp}
 	}
 }
 
@@ -286,6 +292,13 @@ func perRequest(before, after map[string]float64, dur time.Duration, requests in
 // replay marker or a replayed body that differs from the original is an
 // error; the status is returned either way (0 for a transport error).
 func (w *worker) do(client *http.Client, t target, rq request) (int, error) {
+	if t.call != nil {
+		status, replayed, err := t.call(w, rq)
+		if err != nil {
+			return status, err
+		}
+		return status, w.check(t, rq, status, replayed)
+	}
 	url := t.url
 	if rq.url != "" {
 		url = rq.url
@@ -309,16 +322,22 @@ func (w *worker) do(client *http.Client, t target, rq request) (int, error) {
 	if err != nil {
 		return resp.StatusCode, err
 	}
-	if resp.StatusCode != t.wantStatus {
-		return resp.StatusCode, fmt.Errorf("status %d, want %d: %.200s", resp.StatusCode, t.wantStatus, w.buf.Bytes())
+	return resp.StatusCode, w.check(t, rq, resp.StatusCode, resp.Header.Get("Idempotent-Replayed") == "true")
+}
+
+// check checks an answer whose body is in w.buf: its status, the replay
+// mark a replay needs, and a replay's body against the original's.
+func (w *worker) check(t target, rq request, status int, replayed bool) error {
+	if status != t.wantStatus {
+		return fmt.Errorf("status %d, want %d: %.200s", status, t.wantStatus, w.buf.Bytes())
 	}
-	if (t.wantReplayed || rq.kind == kindReplay) && resp.Header.Get("Idempotent-Replayed") != "true" {
-		return resp.StatusCode, fmt.Errorf("answer not marked Idempotent-Replayed: %.200s", w.buf.Bytes())
+	if (t.wantReplayed || rq.kind == kindReplay) && !replayed {
+		return fmt.Errorf("answer not marked a replay: %.200s", w.buf.Bytes())
 	}
 	if rq.want != nil && !bytes.Equal(w.buf.Bytes(), rq.want) {
-		return resp.StatusCode, fmt.Errorf("replayed body differs from the original:\n got %.200s\nwant %.200s", w.buf.Bytes(), rq.want)
+		return fmt.Errorf("replayed body differs from the original:\n got %.200s\nwant %.200s", w.buf.Bytes(), rq.want)
 	}
-	return resp.StatusCode, nil
+	return nil
 }
 
 func (w *worker) clientRoundTrip(client *http.Client, url, keyHeader string, rq request) (*http.Response, error) {
@@ -442,7 +461,8 @@ func createPool(client *http.Client, t target, n, conc int) ([]poolEntry, error)
 				rq := genNewKey(w)
 				w.id = int(j) // spread the pool over users and SKUs
 				rq.user = w.user()
-				rq.body = bodies[rq.user][int(j)%numSKUs]
+				rq.sku = int(j) % numSKUs
+				rq.body = bodies[rq.user][rq.sku]
 				if _, err := w.do(client, t, rq); err != nil {
 					mu.Lock()
 					if firstErr == nil {
@@ -451,7 +471,7 @@ func createPool(client *http.Client, t target, n, conc int) ([]poolEntry, error)
 					mu.Unlock()
 					return
 				}
-				pool[j] = poolEntry{key: rq.key, user: rq.user, body: rq.body, resp: bytes.Clone(w.buf.Bytes())}
+				pool[j] = poolEntry{key: rq.key, user: rq.user, sku: rq.sku, body: rq.body, resp: bytes.Clone(w.buf.Bytes())}
 			}
 		}()
 	}

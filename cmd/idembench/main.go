@@ -14,6 +14,8 @@
 //	fleet three instances on one database, new keys and retries landing on
 //	    any instance, without and with the Redis pre-filter, and Redis
 //	    stopped mid-run (fleet.go, fleet_redis.go)
+//	grpc the same B0–B2 through the gRPC front-end (module grpc) on MariaDB
+//	    and PostgreSQL (grpc.go)
 //	galera (only with -galera-dsns) B1/B2 over B0 with two instances on two
 //	    nodes of a Galera cluster vs one instance on one node, and the cost
 //	    of the wsrep_sync_wait=1 prefix on Lookup (cluster.go)
@@ -61,6 +63,7 @@ type options struct {
 	sqlite       bool
 	fiber        bool
 	fleet        bool
+	grpc         bool
 	floor        bool
 	b4           bool
 	ceiling      bool
@@ -100,6 +103,7 @@ func parseOptions(args []string) (options, error) {
 	fs.BoolVar(&o.fiber, "fiber", true, "include B5, Fiber v3 + Redis")
 	fs.BoolVar(&o.b4, "b4", true, "include B4, existing records")
 	fs.BoolVar(&o.floor, "floor", true, "include the claim-floor family: claim-first's cost by statement at the database (database CPU and statements per request; claim only, finish, batched claims), against the bare create (default on in full mode, off with -quick unless given)")
+	fs.BoolVar(&o.grpc, "grpc", true, "include the gRPC families: B0–B2 through the gRPC front-end on MariaDB and PostgreSQL")
 	fs.BoolVar(&o.fleet, "fleet", true, "include the fleet family: three instances on one MariaDB database, random routing, 5 % and 20 % retries landing anywhere, without and with the Redis pre-filter (-redis), and Redis stopped mid-run (-quick: the first mode at 20 % only)")
 	fs.BoolVar(&o.ceiling, "ceiling", true, "measure the harness ceiling (a no-op 201 handler, no database; default on in full mode, off with -quick unless given)")
 	fs.BoolVar(&o.gobench, "gobench", true, "run the root package's Go benchmarks (-benchmem)")
@@ -283,6 +287,12 @@ func run(args []string) int {
 			onFamily("postgres", func() (*family, error) { return openPostgres(ctx, opts.postgres, "main") }, mainAndB3)
 		}
 	}
+	if opts.grpc && opts.mariadb {
+		onFamily("mariadb-grpc", maria("grpc"), func(f *family) error { return r.runGRPC(ctx, f) })
+	}
+	if opts.grpc && opts.postgres != "" && pingPostgres(ctx, opts.postgres) == nil {
+		onFamily("postgres-grpc", func() (*family, error) { return openPostgres(ctx, opts.postgres, "grpc") }, func(f *family) error { return r.runGRPC(ctx, f) })
+	}
 	if opts.sqlite {
 		onFamily("sqlite", func() (*family, error) { return openSQLite(ctx) }, mainAndB3)
 	}
@@ -354,7 +364,7 @@ func (o options) summary() map[string]any {
 		"quick": o.quick, "duration": o.duration.String(), "warmup": o.warmup.String(), "slices": o.slices, "settle_max": o.settleMax.String(), "first_slice_warmup": "all",
 		"concurrency": o.concurrency, "modes": modes, "b4_levels": o.b4Levels, "b4_concurrency": o.b4Conc,
 		"b3_requests": o.b3Conc, "b3_repetitions": o.b3Reps, "replay_pool": o.poolSize,
-		"sqlite": o.sqlite, "fiber": o.fiber, "fleet": o.fleet, "floor": o.floor, "ceiling": o.ceiling, "b4": o.b4, "gobench": o.gobench, "benchtime": o.benchtime,
+		"sqlite": o.sqlite, "fiber": o.fiber, "fleet": o.fleet, "grpc": o.grpc, "floor": o.floor, "ceiling": o.ceiling, "b4": o.b4, "gobench": o.gobench, "benchtime": o.benchtime,
 		"mariadb": o.mariadb, "postgres": o.postgres != "", "galera": o.galeraDSNs != "", "cluster_concurrency": o.clusterConc, "cluster_lookups": o.lookupN,
 	}
 }

@@ -58,7 +58,10 @@ const headlineConc = 16
 
 // headlineFamilies are the families whose B1/B0 and B2/B0 P99 ratios are
 // headlines, side by side, with their column titles.
-var headlineFamilies = map[string]string{"mariadb": "MariaDB", "postgres": "PostgreSQL"}
+var headlineFamilies = map[string]string{
+	"mariadb": "MariaDB", "postgres": "PostgreSQL",
+	"mariadb-grpc": "MariaDB over gRPC", "postgres-grpc": "PostgreSQL over gRPC",
+}
 
 // noisyCPU is the CPU (in % of one core) that other processes may use during
 // a point before the report marks it noisy (†).
@@ -326,12 +329,16 @@ func (rep *Report) markdown() string {
 	rep.whereTimeGoes(&b)
 	rep.postgresTimeGoes(&b)
 
-	for _, fam := range []string{"mariadb", "postgres", "sqlite"} {
+	for _, fam := range []string{"mariadb", "postgres", "sqlite", "mariadb-grpc", "postgres-grpc"} {
 		pts := rep.pointsOf(func(p *Point) bool { return p.Family == fam && (p.Bench == "B1" || p.Bench == "B2") })
 		if len(pts) == 0 {
 			continue
 		}
-		w("## B0–B2 on %s\n\n", map[string]string{"mariadb": "MariaDB", "postgres": "PostgreSQL", "sqlite": "SQLite"}[fam])
+		w("## B0–B2 on %s\n\n", map[string]string{"mariadb": "MariaDB", "postgres": "PostgreSQL", "sqlite": "SQLite",
+			"mariadb-grpc": "MariaDB over gRPC", "postgres-grpc": "PostgreSQL over gRPC"}[fam])
+		if strings.HasSuffix(fam, "-grpc") {
+			w("The gRPC front-end (module grpc's interceptor, examples/grpcserver/ordergrpc) over the same database: B0 is CreateOrder without the interceptor in a plain transaction, B1 a new key per call through the interceptor, B2 a replay of a completed key (the replay cache on), each against B0 in alternating slices. Calls go over 4 HTTP/2 connections shared by the workers, as gRPC clients share them; every answer is checked (a replay marked idempotent-replayed and byte-identical, as a deterministic proto encoding, to the first). Targets (issue 23) at concurrency 16: single-phase B1/B0 ≥ 0.80, replay P99 ≤ 0.20 × B0's.\n\n")
+		}
 		rep.table(&b, fam, pts, true)
 	}
 
