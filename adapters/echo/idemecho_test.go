@@ -190,50 +190,6 @@ func (b *testBundle) requireOuterSaw(t *testing.T, a answer) {
 	require.False(t, v.InTx, "c.Request() is the original again")
 }
 
-func TestMiddleware_ConcurrentSameKey_WritesOneOrder(t *testing.T) {
-	t.Parallel()
-	for name, mode := range map[string]idempotency.Mode{"claim-first": idempotency.ModeClaimFirst, "single-phase": idempotency.ModeSinglePhase} {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			b := setup(t, idempotency.Config{Mode: mode}, createOrder(300*time.Millisecond))
-
-			answers := make([]answer, 16)
-			var wg sync.WaitGroup
-			start := make(chan struct{})
-			for i := range answers {
-				wg.Go(func() {
-					<-start
-					answers[i] = b.post(t, "storm-1", body)
-				})
-			}
-			close(start)
-			wg.Wait()
-
-			require.Equal(t, 1, b.count(t, "purchase_order"))
-			var created []byte
-			for _, a := range answers {
-				switch a.Status {
-				case http.StatusCreated:
-					if created == nil {
-						created = a.Body
-					}
-					require.Equal(t, created, a.Body, "every 201 is the one order")
-					require.Equal(t, "application/json", a.Header.Get("Content-Type"))
-				case http.StatusConflict:
-					require.Equal(t, idempotency.ProblemInProgress, a.problem(t))
-					require.NotEmpty(t, a.Header.Get("Retry-After"))
-				default:
-					t.Fatalf("answer %d: %s", a.Status, a.Body)
-				}
-			}
-			require.NotNil(t, created)
-			if mode == idempotency.ModeClaimFirst {
-				require.EqualValues(t, 1, b.creates.Load(), "claim-first runs the handler once")
-			}
-		})
-	}
-}
-
 func TestMiddleware_Replay_IsByteIdentical(t *testing.T) {
 	t.Parallel()
 	b := setup(t, idempotency.Config{}, createOrder(0))

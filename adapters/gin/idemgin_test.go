@@ -218,58 +218,6 @@ func (b *testBundle) outer() (aborted bool, status, size int) {
 	return b.outerAbort, b.outerStatus, b.outerSize
 }
 
-func TestConcurrentSameKey_WritesOneOrder(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct {
-		ctor constructor
-		mode idempotency.Mode
-		name string
-	}{
-		{wrap, idempotency.ModeClaimFirst, "claim-first"},
-		{wrap, idempotency.ModeSinglePhase, "single-phase"},
-		{chain, idempotency.ModeClaimFirst, "claim-first"},
-	} {
-		t.Run(tc.ctor.name+"/"+tc.name, func(t *testing.T) {
-			t.Parallel()
-			b := setup(t, tc.ctor, idempotency.Config{Mode: tc.mode}, createOrder(300*time.Millisecond))
-
-			answers := make([]answer, 16)
-			var wg sync.WaitGroup
-			start := make(chan struct{})
-			for i := range answers {
-				wg.Go(func() {
-					<-start
-					answers[i] = b.post(t, "storm-1", body)
-				})
-			}
-			close(start)
-			wg.Wait()
-
-			require.Equal(t, 1, b.count(t, "purchase_order"))
-			var created []byte
-			for _, a := range answers {
-				switch a.Status {
-				case http.StatusCreated:
-					if created == nil {
-						created = a.Body
-					}
-					require.Equal(t, created, a.Body, "every 201 is the one order")
-					require.Equal(t, "application/json; charset=utf-8", a.Header.Get("Content-Type"))
-				case http.StatusConflict:
-					require.Equal(t, idempotency.ProblemInProgress, a.problem(t))
-					require.NotEmpty(t, a.Header.Get("Retry-After"))
-				default:
-					t.Fatalf("answer %d: %s", a.Status, a.Body)
-				}
-			}
-			require.NotNil(t, created)
-			if tc.mode == idempotency.ModeClaimFirst {
-				require.EqualValues(t, 1, b.creates.Load(), "claim-first runs the handlers once")
-			}
-		})
-	}
-}
-
 func TestReplay_IsByteIdentical(t *testing.T) {
 	forEachConstructor(t, func(t *testing.T, ctor constructor) {
 		b := setup(t, ctor, idempotency.Config{}, createOrder(0))
