@@ -129,6 +129,17 @@ func IsTransient(err error) bool {
 	return false
 }
 
+// replyLost reports an error after which a statement's fate is unknown: the
+// connection failed (or the deadline passed) without a server's answer. A
+// server's error, whatever it says, proves the statement did not apply.
+func replyLost(err error) bool {
+	var me *mysql.MySQLError
+	if _, ok := sqlState(err); ok || errors.As(err, &me) {
+		return false
+	}
+	return IsTransient(err)
+}
+
 // isRollback reports a server's answer that the transaction was rolled back
 // as a whole (a deadlock, a snapshot or certification conflict): unlike a
 // dropped connection, it leaves no doubt that nothing committed.
