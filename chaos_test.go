@@ -35,6 +35,7 @@ import (
 	"github.com/orderguard/idempotency"
 	"github.com/orderguard/idempotency/examples/orderservice"
 	"github.com/orderguard/idempotency/internal/faultproxy"
+	"github.com/orderguard/idempotency/internal/history"
 	"github.com/orderguard/idempotency/internal/testdb"
 )
 
@@ -57,6 +58,8 @@ type chaosEnv struct {
 
 	mu     sync.Mutex
 	served map[string][]int // key → the statuses the server answered, in order
+
+	hist *history.Recorder // every request send made and its answer (chaos_history_test.go)
 }
 
 type chaosOptions struct {
@@ -72,7 +75,7 @@ func newChaosEnv(t *testing.T, o chaosOptions) *chaosEnv {
 	defer cancel()
 	require.NoError(t, orderservice.Setup(ctx, direct, "mysql"))
 
-	e := &chaosEnv{direct: direct, served: map[string][]int{}}
+	e := &chaosEnv{direct: direct, served: map[string][]int{}, hist: history.NewRecorder()}
 	cfg, err := mysql.ParseDSN(dsn)
 	require.NoError(t, err)
 	require.True(t, cfg.InterpolateParams, "COMMIT must be a plain COM_QUERY for the proxy")
@@ -109,6 +112,7 @@ func newChaosEnv(t *testing.T, o chaosOptions) *chaosEnv {
 	}))
 	t.Cleanup(e.srv.Close)
 	e.client = &http.Client{Timeout: 30 * time.Second}
+	t.Cleanup(func() { e.checkHistory(t) }) // before the server and the database go
 	return e
 }
 
@@ -149,15 +153,19 @@ func (e *chaosEnv) send(ctx context.Context, user int, key, body string) (answer
 	req.Header.Set("X-User-ID", fmt.Sprint(user))
 	req.Header.Set("Idempotency-Key", key)
 	req.Header.Set("Content-Type", "application/json")
+	done := e.hist.Begin(history.Request{Key: chaosHistoryKey(user, key), Fingerprint: body})
 	resp, err := e.client.Do(req)
 	if err != nil {
+		done(history.Failed(err))
 		return answer{}, err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
+		done(history.Failed(err))
 		return answer{}, err
 	}
+	done(history.Answer(resp.StatusCode, resp.Header, b))
 	return answer{Status: resp.StatusCode, Header: resp.Header, Body: string(b)}, nil
 }
 
