@@ -285,3 +285,19 @@ func TestCheck_APass_LogsTheCountAndFailsNothing(t *testing.T) {
 	require.Len(t, tb.logs, 1)
 	require.Contains(t, tb.logs[0], "porcupine: 3 operations over 1 keys checked in")
 }
+
+// Every spec's check also doctors its own history with a second order:
+// a model that allows two orders fails the spec even on a clean run.
+func TestCheck_AWrongModelAllowingTwoOrders_FailsTheSpecOnACleanHistory(t *testing.T) {
+	wrong := orderNo
+	wrong.mutant = mutantTwoExecutions
+	tb := &reporter{T: t}
+	res := Check(tb, record(legal[0].ops...), legal[0].orders, wrong)
+	require.True(t, res.OK(), "the clean history passes the wrong model too")
+	require.Len(t, tb.errs, 1)
+	require.Contains(t, tb.errs[0], "history check is vacuous: it accepts this history with a second 201 for key k")
+
+	tb = &reporter{T: t}
+	Check(tb, record(legal[0].ops...), legal[0].orders, orderNo)
+	require.Empty(t, tb.errs, "the model refuses the doctored copy")
+}

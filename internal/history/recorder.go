@@ -114,6 +114,13 @@ func (r *Recorder) snapshot() (ops []operation, keys, skipped map[string]bool, d
 		skipped[k] = true
 	}
 	sort.SliceStable(ops, func(i, j int) bool { return ops[i].call < ops[j].call })
+	if len(ops) > 0 && ops[0].call < 0 { // added after the fact: times from the first call
+		first := ops[0].call
+		for i := range ops {
+			ops[i].call -= first
+			ops[i].ret -= first
+		}
+	}
 	return ops, keys, skipped, r.dropped
 }
 
