@@ -222,26 +222,60 @@ func TestMutants_EachWrongModelAcceptsADoctoredHistory(t *testing.T) {
 	}
 }
 
-func TestRecorder_OverItsBounds_KeepsWholeKeysAndCountsTheRest(t *testing.T) {
-	r := NewBoundedRecorder(3, 10)
-	base := r.base
-	at := func(ms int) time.Time { return base.Add(time.Duration(ms) * time.Millisecond) }
+func TestRecorder_OverItsBound_ChecksWholeKeysSpreadOverTheRun(t *testing.T) {
+	r := NewBoundedRecorder(3)
+	at := func(ms int) time.Time { return r.base.Add(time.Duration(ms) * time.Millisecond) }
 	add := func(key string, ms int, resp Response) {
 		r.Add(Request{Key: key, Fingerprint: "a"}, at(ms), at(ms+1), resp)
 	}
 	add("k1", 0, unavailable)
 	add("k2", 1, created("B"))
 	add("k1", 2, unavailable)
-	add("k3", 3, created("C")) // over the bound: not admitted
-	add("k1", 4, created("A")) // admitted key: recorded beyond the bound
+	add("k3", 3, created("C"))
+	add("k1", 4, created("A"))
 	add("k3", 5, replayed("C"))
 
+	// 6 operations over a bound of 3: every 2nd key, whole.
 	res := r.Verify(Orders{"k1": {"A"}, "k2": {"B"}, "k3": {"C"}}, orderNo)
 	require.True(t, res.OK(), res.Report(5))
-	require.Equal(t, 4, res.Operations)
+	require.Equal(t, 2, res.Stride)
+	require.Equal(t, 5, res.Operations, "k1 and k3, all their operations")
 	require.Equal(t, 2, res.Keys)
 	require.Equal(t, 1, res.Skipped)
-	require.Equal(t, 2, res.Dropped)
+	require.Equal(t, 1, res.Dropped)
+}
+
+func TestRecorder_OverItsBound_ChecksEveryKeyWhereSomethingHappened(t *testing.T) {
+	r := NewBoundedRecorder(4)
+	at := func(ms int) time.Time { return r.base.Add(time.Duration(ms) * time.Millisecond) }
+	for i := range 6 { // answered 201 at once
+		r.Add(Request{Key: fmt.Sprint("p", i), Fingerprint: "a"}, at(i), at(i+1), created(fmt.Sprint("P", i)))
+	}
+	r.Add(Request{Key: "k", Fingerprint: "a"}, at(10), at(11), unavailable)
+	r.Add(Request{Key: "k", Fingerprint: "a"}, at(12), at(13), replayed("B")) // wrong: nothing committed B
+
+	res := r.Verify(nil, orderNo)
+	require.Equal(t, []string{"k"}, res.Illegal, "the key with a fault is always checked")
+	require.Equal(t, 3, res.Stride)
+	require.Equal(t, 4, res.Operations, "k's two, and one in three of the six plain keys")
+}
+
+func TestRecorder_Full_StopsAdmittingKeysButKeepsTheirHistoriesWhole(t *testing.T) {
+	r := NewBoundedRecorder(1) // keeps up to keepFactor operations
+	at := func(ms int) time.Time { return r.base.Add(time.Duration(ms) * time.Millisecond) }
+	for i := range keepFactor + 2 {
+		r.Add(Request{Key: fmt.Sprint("k", i), Fingerprint: "a"}, at(i), at(i), created(fmt.Sprint(i)))
+	}
+	r.Add(Request{Key: "k0", Fingerprint: "a"}, at(20), at(21), replayed("0")) // admitted: still recorded
+	r.Add(Request{Key: "k11", Fingerprint: "a"}, at(22), at(23), replayed("11"))
+
+	r.mu.Lock()
+	require.Len(t, r.ops, keepFactor+1)
+	require.Equal(t, 3, r.dropped)
+	r.mu.Unlock()
+	res := r.Verify(nil, orderNo)
+	require.True(t, res.OK(), res.Report(5))
+	require.Equal(t, 2, res.Operations, "every 11th key: k0, with its replay")
 }
 
 // reporter is a testing.TB that keeps what a check reports.

@@ -25,29 +25,30 @@ import (
 	"github.com/orderguard/idempotency"
 )
 
-// Default bounds of a Recorder. The check's cost grows with the operations
-// of the busiest key, not with the history's length, but the histories stay
-// bounded so that a failure's report and visualization stay readable.
-const (
-	DefaultMaxOperations = 10000
-	DefaultMaxKeys       = 4000
-)
+// DefaultMaxOperations is how many operations a check covers at most. The
+// check's cost grows with the operations of the busiest key more than with
+// the history's length, but a bounded history keeps it within seconds and a
+// failure's report and visualization readable.
+const DefaultMaxOperations = 10000
+
+// keepFactor: a recorder keeps up to this many times its bound, then stops
+// admitting keys, so that a long run cannot exhaust memory.
+const keepFactor = 10
 
 // Recorder collects the operations of one run. It is safe for concurrent
-// use. Keys are admitted while the recorder is under its bounds; once a key
-// is admitted every operation on it is recorded, so that the history of each
-// recorded key is whole (dropping one operation of a key could hide the
-// answer a later replay repeats). Operations on keys that came after the
-// bounds were reached are counted, not recorded.
+// use. Every operation on an admitted key is recorded, so that the history
+// of each key is whole (dropping one operation of a key could hide the
+// answer a later replay repeats). When a run recorded more operations than
+// the bound, the check samples whole keys (see sample): every key where
+// something happened, and an even share of those answered 201 at once.
 type Recorder struct {
 	base          time.Time
 	maxOperations int
-	maxKeys       int
 
 	mu      sync.Mutex
 	ops     []operation
-	keys    map[string]bool // admitted
-	skipped map[string]bool // seen after the bounds were reached
+	keys    map[string]int  // admitted, in the order they were first sent
+	skipped map[string]bool // sent after the recorder was full
 	dropped int             // operations on skipped keys
 }
 
@@ -58,18 +59,14 @@ type operation struct {
 	call, ret time.Duration
 }
 
-// NewRecorder returns a Recorder with the default bounds.
-func NewRecorder() *Recorder {
-	return NewBoundedRecorder(DefaultMaxOperations, DefaultMaxKeys)
-}
+// NewRecorder returns a Recorder whose check covers at most
+// DefaultMaxOperations operations.
+func NewRecorder() *Recorder { return NewBoundedRecorder(DefaultMaxOperations) }
 
-// NewBoundedRecorder returns a Recorder that admits new keys while it holds
-// fewer than maxOperations operations and maxKeys keys.
-func NewBoundedRecorder(maxOperations, maxKeys int) *Recorder {
-	return &Recorder{
-		base: time.Now(), maxOperations: maxOperations, maxKeys: maxKeys,
-		keys: map[string]bool{}, skipped: map[string]bool{},
-	}
+// NewBoundedRecorder returns a Recorder whose check covers at most about
+// maxOperations operations.
+func NewBoundedRecorder(maxOperations int) *Recorder {
+	return &Recorder{base: time.Now(), maxOperations: maxOperations, keys: map[string]int{}, skipped: map[string]bool{}}
 }
 
 // Begin marks a request's invocation; the returned function records it with
@@ -89,29 +86,75 @@ func (r *Recorder) Add(req Request, call, ret time.Time, resp Response) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if !r.keys[req.Key] {
-		if r.skipped[req.Key] || len(r.ops) >= r.maxOperations || len(r.keys) >= r.maxKeys {
+	if _, ok := r.keys[req.Key]; !ok {
+		if r.skipped[req.Key] || len(r.ops) >= keepFactor*r.maxOperations {
 			r.skipped[req.Key] = true
 			r.dropped++
 			return
 		}
-		r.keys[req.Key] = true
+		r.keys[req.Key] = len(r.keys)
 	}
 	r.ops = append(r.ops, op)
 }
 
-// snapshot returns the recorded operations in invocation order, the
-// admitted keys, the skipped keys and the operations dropped with them.
-func (r *Recorder) snapshot() (ops []operation, keys, skipped map[string]bool, dropped int) {
+// sample returns the operations the check covers, in invocation order, and
+// the keys checked and left unchecked (sampled out, or sent after the
+// recorder was full) with the operations left out. Over the bound it checks
+// every key whose history holds more than one plain 2xx (a retry, a fault,
+// a replay, a refusal: where the contract can break) and one in stride of
+// the others, spread over the run; if those keys alone exceed the bound,
+// one in stride of all keys.
+func (r *Recorder) sample() (ops []operation, checked, unchecked map[string]bool, dropped, stride int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	ops = append([]operation(nil), r.ops...)
-	keys, skipped = map[string]bool{}, map[string]bool{}
-	for k := range r.keys {
-		keys[k] = true
+	perKey := map[string]int{}
+	eventful := map[string]bool{}
+	for _, op := range r.ops {
+		perKey[op.req.Key]++
+		p := op.resp
+		if perKey[op.req.Key] > 1 || p.Err != "" || p.Replayed || p.Problem != "" || p.Status < 200 || p.Status >= 300 {
+			eventful[op.req.Key] = true
+		}
+	}
+	eventfulOps := 0
+	for k := range eventful {
+		eventfulOps += perKey[k]
+	}
+	plain := len(r.ops) - eventfulOps // one operation per plain key
+	stride = 1
+	keep := func(k string, i int) bool { return eventful[k] || i%stride == 0 }
+	switch {
+	case len(r.ops) <= r.maxOperations:
+	case eventfulOps < r.maxOperations:
+		stride = (plain + r.maxOperations - eventfulOps - 1) / (r.maxOperations - eventfulOps)
+		plainIndex := map[string]int{}
+		for k, i := range r.keys {
+			if !eventful[k] {
+				plainIndex[k] = i
+			}
+		}
+		keep = func(k string, _ int) bool { return eventful[k] || plainIndex[k]%stride == 0 }
+	default:
+		stride = (len(r.ops) + r.maxOperations - 1) / r.maxOperations
+		keep = func(_ string, i int) bool { return i%stride == 0 }
+	}
+	checked, unchecked, dropped = map[string]bool{}, map[string]bool{}, r.dropped
+	for k, i := range r.keys {
+		if keep(k, i) {
+			checked[k] = true
+		} else {
+			unchecked[k] = true
+		}
 	}
 	for k := range r.skipped {
-		skipped[k] = true
+		unchecked[k] = true
+	}
+	for _, op := range r.ops {
+		if checked[op.req.Key] {
+			ops = append(ops, op)
+		} else {
+			dropped++
+		}
 	}
 	sort.SliceStable(ops, func(i, j int) bool { return ops[i].call < ops[j].call })
 	if len(ops) > 0 && ops[0].call < 0 { // added after the fact: times from the first call
@@ -121,7 +164,7 @@ func (r *Recorder) snapshot() (ops []operation, keys, skipped map[string]bool, d
 			ops[i].ret -= first
 		}
 	}
-	return ops, keys, skipped, r.dropped
+	return ops, checked, unchecked, dropped, stride
 }
 
 // Answer is the Response for an HTTP answer: status, body, the
