@@ -39,7 +39,8 @@ import (
 //     Without Retry-After they break the contract: illegal.
 //   - Answers that record nothing by the contract (400, 408, 425, 429,
 //     every other 5xx, the handler's 500, refusals before the claim) leave
-//     the state as it was.
+//     the state as it was. (The specs' clients talk to the servers
+//     directly; a proxy's 502 or 504 would be an unknown outcome.)
 //   - A request without an answer (a transport error, a client timeout, a
 //     server killed) and 503 commit-outcome-unknown are unknown outcomes, as
 //     etcd's robustness tests treat failed requests: the request may or may
