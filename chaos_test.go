@@ -146,14 +146,15 @@ func (e *chaosEnv) servedFor(key string) []int {
 // send creates an order for user with key and reports failures as errors,
 // so that it can run on any goroutine.
 func (e *chaosEnv) send(ctx context.Context, user int, key, body string) (answer, error) {
+	ctx, done := e.hist.BeginHTTP(ctx, history.Request{Key: chaosHistoryKey(user, key), Fingerprint: body})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.srv.URL+"/orders", strings.NewReader(body))
 	if err != nil {
+		done(history.Failed(err))
 		return answer{}, err
 	}
 	req.Header.Set("X-User-ID", fmt.Sprint(user))
 	req.Header.Set("Idempotency-Key", key)
 	req.Header.Set("Content-Type", "application/json")
-	done := e.hist.Begin(history.Request{Key: chaosHistoryKey(user, key), Fingerprint: body})
 	resp, err := e.client.Do(req)
 	if err != nil {
 		done(history.Failed(err))

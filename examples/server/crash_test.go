@@ -338,7 +338,7 @@ func (c crashCreate) sendCtx(ctx context.Context, client *http.Client, url strin
 	if c.hist == nil {
 		return c.post(ctx, client, url)
 	}
-	done := c.hist.Begin(c.historyRequest())
+	ctx, done := c.hist.BeginHTTP(ctx, c.historyRequest())
 	a := c.post(ctx, client, url)
 	done(a.historyResponse())
 	return a

@@ -14,9 +14,11 @@
 package history
 
 import (
+	"context"
 	"encoding/json"
 	"mime"
 	"net/http"
+	"net/http/httptrace"
 	"sort"
 	"strings"
 	"sync"
@@ -75,6 +77,37 @@ func NewBoundedRecorder(maxOperations int) *Recorder {
 func (r *Recorder) Begin(req Request) (done func(Response)) {
 	call := time.Now()
 	return func(resp Response) { r.Add(req, call, time.Now(), resp) }
+}
+
+// BeginHTTP is Begin for a request net/http sends with the returned
+// context. net/http's Transport sends a request that carries an
+// Idempotency-Key again, on a new connection, when a reused connection fails
+// before the answer (a server killed mid-request): the client sees one call,
+// the server may have seen two. The context's trace sees every connection
+// the request is sent on, and each attempt but the last is recorded as an
+// operation without an answer, whose outcome is unknown.
+func (r *Recorder) BeginHTTP(ctx context.Context, req Request) (context.Context, func(Response)) {
+	call := time.Now()
+	var (
+		mu    sync.Mutex
+		sends []time.Time // when each connection was got, the first included
+	)
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) {
+		mu.Lock()
+		sends = append(sends, time.Now())
+		mu.Unlock()
+	}})
+	return ctx, func(resp Response) {
+		ret := time.Now()
+		mu.Lock()
+		defer mu.Unlock()
+		start := call
+		for _, again := range sends[min(1, len(sends)):] {
+			r.Add(req, start, again, Response{Err: "net/http sent the request again on a new connection"})
+			start = again
+		}
+		r.Add(req, start, ret, resp)
+	}
 }
 
 // Add records a request invoked at call that returned resp at ret. call and
