@@ -35,6 +35,7 @@ import (
 	"github.com/orderguard/idempotency"
 	"github.com/orderguard/idempotency/examples/orderservice"
 	"github.com/orderguard/idempotency/internal/faultproxy"
+	"github.com/orderguard/idempotency/internal/history"
 	"github.com/orderguard/idempotency/internal/testdb"
 )
 
@@ -57,6 +58,8 @@ type chaosEnv struct {
 
 	mu     sync.Mutex
 	served map[string][]int // key → the statuses the server answered, in order
+
+	hist *history.Recorder // every request send made and its answer (chaos_history_test.go)
 }
 
 type chaosOptions struct {
@@ -72,7 +75,7 @@ func newChaosEnv(t *testing.T, o chaosOptions) *chaosEnv {
 	defer cancel()
 	require.NoError(t, orderservice.Setup(ctx, direct, "mysql"))
 
-	e := &chaosEnv{direct: direct, served: map[string][]int{}}
+	e := &chaosEnv{direct: direct, served: map[string][]int{}, hist: history.NewRecorder()}
 	cfg, err := mysql.ParseDSN(dsn)
 	require.NoError(t, err)
 	require.True(t, cfg.InterpolateParams, "COMMIT must be a plain COM_QUERY for the proxy")
@@ -109,6 +112,7 @@ func newChaosEnv(t *testing.T, o chaosOptions) *chaosEnv {
 	}))
 	t.Cleanup(e.srv.Close)
 	e.client = &http.Client{Timeout: 30 * time.Second}
+	t.Cleanup(func() { e.checkHistory(t) }) // before the server and the database go
 	return e
 }
 
@@ -142,8 +146,10 @@ func (e *chaosEnv) servedFor(key string) []int {
 // send creates an order for user with key and reports failures as errors,
 // so that it can run on any goroutine.
 func (e *chaosEnv) send(ctx context.Context, user int, key, body string) (answer, error) {
+	ctx, done := e.hist.BeginHTTP(ctx, history.Request{Key: chaosHistoryKey(user, key), Fingerprint: body})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.srv.URL+"/orders", strings.NewReader(body))
 	if err != nil {
+		done(history.Failed(err))
 		return answer{}, err
 	}
 	req.Header.Set("X-User-ID", fmt.Sprint(user))
@@ -151,13 +157,16 @@ func (e *chaosEnv) send(ctx context.Context, user int, key, body string) (answer
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := e.client.Do(req)
 	if err != nil {
+		done(history.Failed(err))
 		return answer{}, err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
+		done(history.Failed(err))
 		return answer{}, err
 	}
+	done(history.Answer(resp.StatusCode, resp.Header, b))
 	return answer{Status: resp.StatusCode, Header: resp.Header, Body: string(b)}, nil
 }
 

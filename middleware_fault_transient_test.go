@@ -1,6 +1,8 @@
 package idempotency_test
 
 import (
+	"encoding/json"
+	"io"
 	"net/http"
 	"testing"
 
@@ -147,6 +149,80 @@ func TestFault_SinglePhaseRolledBackByTheDatabase_ReplaysTheWinnerOrRunsAgain(t 
 			}),
 			want: faultWant{status: http.StatusServiceUnavailable, problem: idempotency.ProblemStoreUnavailable,
 				retryAfter: "1", handlerRan: true, outcome: idempotency.OutcomeReleased},
+		},
+	})
+}
+
+// expectInsertFailed is single-phase's autocommit INSERT of a FAILED record
+// carrying the handler's 422.
+func (h *faultHarness) expectInsertFailed() *sqlmock.ExpectedExec {
+	headers, _ := json.Marshal(http.Header{"Content-Type": {"application/json"}})
+	h.scripted = append(h.scripted, "claim") // the same INSERT INTO idempotency_record
+	return h.mock.ExpectExec(faultSQLClaim).WithArgs(faultScope, faultKey, h.fp, string(idempotency.StatusFailed),
+		h.owner, http.StatusUnprocessableEntity, headers, []byte(faultRejectedBody), faultRetentionMicros)
+}
+
+// A single-phase rejection is stored by an autocommit INSERT after the
+// handler's transaction rolled back. A connection lost before its reply
+// leaves the INSERT's fate open (it may have landed, or land later), so
+// store-unavailable, which says nothing was recorded, would be false when
+// it landed: the fault run of chaos_reset_test.go saw its retries replay
+// the 422 (its history check refused it). The record is read instead.
+func TestFault_SinglePhaseRejectionInsertLosesItsReply_TheRecordSaysWhatWasStored(t *testing.T) {
+	t.Parallel()
+	rejected := func(h *faultHarness) {
+		h.mode = idempotency.ModeSinglePhase
+		h.lookupFindsNothing() // a fresh single-phase route reads the record first
+		h.begin()
+		h.expectOrderInsert().WillReturnError(errFaultUnknownSKU)
+		h.rollsBack()
+	}
+	ourFailed := faultRow{status: idempotency.StatusFailed, owner: faultOurs, version: 1,
+		code: http.StatusUnprocessableEntity, body: faultRejectedBody}
+	runFaultCases(t, []faultCase{
+		{
+			name: "the INSERT landed: SELECT finds our FAILED record, 422",
+			script: func(h *faultHarness) {
+				rejected(h)
+				h.expectInsertFailed().WillReturnError(mysql.ErrInvalidConn)
+				h.lookupFinds(ourFailed)
+			},
+			want: faultRejected,
+		},
+		{
+			name: "SELECT finds nothing, but the INSERT may still land: 503 commit-outcome-unknown",
+			script: func(h *faultHarness) {
+				rejected(h)
+				h.expectInsertFailed().WillReturnError(io.ErrUnexpectedEOF)
+				h.lookupFindsNothing()
+			},
+			want: faultCommitUnknown,
+		},
+		{
+			name: "the record cannot be read: 503 commit-outcome-unknown",
+			script: func(h *faultHarness) {
+				rejected(h)
+				h.expectInsertFailed().WillReturnError(mysql.ErrInvalidConn)
+				h.lookupFails(errFaultStoreDown)
+			},
+			want: faultCommitUnknown,
+		},
+		{
+			name: "a concurrent duplicate's record holds the key: it is replayed",
+			script: func(h *faultHarness) {
+				rejected(h)
+				h.expectInsertFailed().WillReturnError(mysql.ErrInvalidConn)
+				h.lookupFinds(faultDoneByThem(1))
+			},
+			want: faultReplayOf(faultOtherOrderBody, faultOtherLocation).ran(true),
+		},
+		{
+			name: "the server refused the INSERT: nothing was stored, 503 store-unavailable",
+			script: func(h *faultHarness) {
+				rejected(h)
+				h.expectInsertFailed().WillReturnError(errFaultCommitFailed)
+			},
+			want: faultStoreUnavailable.ran(true),
 		},
 	})
 }

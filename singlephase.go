@@ -252,7 +252,8 @@ func (a *attempt) afterRollback(ctx context.Context, cause error, mayRunAgain bo
 // that could be neither stored nor checked against a winner is answered 503
 // with Retry-After, not passed on: in single-phase it may be the symptom of
 // a concurrent winner (its order's unique key) rather than the answer, and
-// the retry decides again.
+// the retry decides again. An INSERT whose reply was lost may have stored
+// it: resolveRejection reads the record before anything is answered.
 func (a *attempt) storeRejectionSinglePhase(ctx context.Context, res *handlerResult) {
 	started := time.Now()
 	snap := a.m.snapshot(res.status, res.header, res.body)
@@ -264,6 +265,9 @@ func (a *attempt) storeRejectionSinglePhase(ctx context.Context, res *handlerRes
 		}
 		a.fail(OutcomeStoreError, fmt.Errorf("idempotency: rejection met a record that could not be read: %w", err))
 		return
+	case err != nil && replyLost(err):
+		a.resolveRejection(ctx, res, snap, err)
+		return
 	case err != nil:
 		a.fail(OutcomeStoreError, fmt.Errorf("idempotency: store rejection: %w", err))
 		return
@@ -272,6 +276,25 @@ func (a *attempt) storeRejectionSinglePhase(ctx context.Context, res *handlerRes
 	}
 	a.answerWith(snap.StatusCode, res.header, snap.Body)
 	a.done(Event{Outcome: OutcomeRejected, Status: snap.StatusCode})
+}
+
+// resolveRejection decides what a rejection's INSERT did when its reply was
+// lost: the statement may have landed, or may still land. Our record on a
+// fresh read means it landed, and the rejection is the answer; another's
+// (a concurrent winner) is the answer; none, or an unreadable key, leaves
+// the outcome unknown, so the client is told so rather than that nothing
+// was recorded, and the retry's own INSERT learns the truth.
+func (a *attempt) resolveRejection(ctx context.Context, res *handlerResult, snap *Snapshot, insertErr error) {
+	rec, err := a.lookup(ctx)
+	switch {
+	case err == nil && rec.Owner == a.lease.Owner:
+		a.answerWith(snap.StatusCode, res.header, snap.Body)
+		a.done(Event{Outcome: OutcomeRejected, Status: snap.StatusCode})
+	case err == nil && !a.mayTakeOver(rec):
+		a.respondToDuplicate(rec)
+	default:
+		a.fail(OutcomeUnknown, fmt.Errorf("%w: store rejection: %v; re-read: %v", ErrCommitUnknown, insertErr, err))
+	}
 }
 
 // answerWinner answers with the key's record if one exists now, and reports

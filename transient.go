@@ -230,6 +230,14 @@ func answered(err error) bool {
 	return ok && !row.lost
 }
 
+// replyLost reports an error after which a statement's fate is unknown: no
+// server's answer came (the connection failed, the deadline passed, or the
+// server ended the session), and the failure is one a retry may overcome.
+// A server's answer, whatever it says, proves the statement did not apply.
+func replyLost(err error) bool {
+	return !answered(err) && IsTransient(err)
+}
+
 // mayHaveLanded reports a failure after which a statement's effect is
 // unknown: the connection failed with no answer from the server, which may
 // have executed the statement before it went away.

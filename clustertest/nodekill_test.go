@@ -145,6 +145,7 @@ func TestNodeKill_UnderLoad_NoDuplicateNoLostOrder(t *testing.T) {
 
 			orders := c.verifyOrders(t, c.nodes(), scope, answers, true)
 			t.Logf("  orders on every node after the rejoin: %d; keys: %d", len(orders), countKeys(answers))
+			c.checkHistory(t, answers)
 
 			if n := countCreated(answers, 1, tl.killed); n == 0 {
 				t.Errorf("the instance on node 1 created no order after node 2 was killed")

@@ -33,6 +33,7 @@ import (
 
 	"github.com/orderguard/idempotency"
 	"github.com/orderguard/idempotency/internal/faultproxy"
+	"github.com/orderguard/idempotency/internal/history"
 	"github.com/orderguard/idempotency/postgres"
 	"github.com/orderguard/idempotency/postgres/pgtest"
 )
@@ -43,7 +44,8 @@ import (
 type lostCommitBundle struct {
 	*testBundle
 	proxy   *faultproxy.Proxy
-	appName string // the application_name of the middleware's sessions
+	appName string            // the application_name of the middleware's sessions
+	hist    *history.Recorder // every request do sent (lostcommit_history_test.go)
 }
 
 // setupLostCommit is setup with the middleware's pool behind the proxy.
@@ -63,7 +65,10 @@ CREATE TABLE ledger (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
 	require.NoError(t, err)
 	srv := httptest.NewServer(mw.Handler(svc))
 	t.Cleanup(srv.Close)
-	return &lostCommitBundle{testBundle: &testBundle{db: direct, store: store, svc: svc, srv: srv}, proxy: proxy, appName: appName}
+	b := &lostCommitBundle{testBundle: &testBundle{db: direct, store: store, svc: svc, srv: srv}, proxy: proxy, appName: appName,
+		hist: history.NewRecorder()}
+	t.Cleanup(func() { b.checkHistory(t) }) // before the database goes
+	return b
 }
 
 // proxiedPool starts a fault proxy in front of the server dsn names and

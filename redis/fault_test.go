@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/orderguard/idempotency"
+	"github.com/orderguard/idempotency/internal/history"
 )
 
 // flushDB is the Redis database number of the test that flushes: FLUSHDB
@@ -34,10 +35,12 @@ type fleet struct {
 	mu      sync.Mutex
 	answers map[string][]answer // by key
 	errs    []error
+
+	hist *history.Recorder // every request send made (fault_history_test.go)
 }
 
 func newFleet(t *testing.T, b *testBundle, addr string, mode idempotency.Mode) *fleet {
-	f := &fleet{b: b, answers: map[string][]answer{}}
+	f := &fleet{b: b, answers: map[string][]answer{}, hist: history.NewRecorder()}
 	for range 3 {
 		logs := &countingHandler{start: time.Now()}
 		c := b.newCache(t, addr, Config{ProbeInterval: 50 * time.Millisecond, Logger: slog.New(logs)})
@@ -86,7 +89,9 @@ func (f *fleet) load(workers int, stop <-chan struct{}) {
 }
 
 func (f *fleet) send(key string) {
+	done := f.hist.Begin(history.Request{Key: key, Fingerprint: fleetBody})
 	a, err := f.instances[rand.IntN(len(f.instances))].tryPost("u1", key, 5)
+	done(historyResponse(a, err))
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err != nil {
@@ -132,6 +137,7 @@ func (f *fleet) check(t *testing.T) (requests, replays int) {
 			}
 		}
 	}
+	f.checkHistory(t)
 	return requests, replays
 }
 

@@ -12,6 +12,7 @@ replace github.com/orderguard/idempotency => ..
 
 require (
 	filippo.io/edwards25519 v1.2.0 // indirect
+	github.com/anishathalye/porcupine v1.3.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/go-sql-driver/mysql v1.10.1 // indirect
 	go.uber.org/atomic v1.12.0 // indirect

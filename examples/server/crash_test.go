@@ -39,6 +39,7 @@ import (
 
 	"github.com/orderguard/idempotency"
 	"github.com/orderguard/idempotency/examples/orderservice"
+	"github.com/orderguard/idempotency/internal/history"
 	"github.com/orderguard/idempotency/internal/testdb"
 )
 
@@ -319,6 +320,7 @@ type crashCreate struct {
 	user int64
 	key  string
 	body []byte
+	hist *history.Recorder // when set, every send is recorded (crash_history_test.go)
 }
 
 func newCrashCreate(user int64, key string) crashCreate {
@@ -333,6 +335,16 @@ func (c crashCreate) send(client *http.Client, url string) crashAnswer {
 }
 
 func (c crashCreate) sendCtx(ctx context.Context, client *http.Client, url string) crashAnswer {
+	if c.hist == nil {
+		return c.post(ctx, client, url)
+	}
+	ctx, done := c.hist.BeginHTTP(ctx, c.historyRequest())
+	a := c.post(ctx, client, url)
+	done(a.historyResponse())
+	return a
+}
+
+func (c crashCreate) post(ctx context.Context, client *http.Client, url string) crashAnswer {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(c.body))
 	if err != nil {
 		return crashAnswer{err: err}
@@ -470,6 +482,7 @@ func testCrashAtEveryPoint(t *testing.T, open crashDatabase) {
 			client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 			url := srv.url("/orders")
 			create := newCrashCreate(7, "crash-"+tc.mode+"-"+tc.point)
+			create.hist = history.NewRecorder()
 
 			first := srv.start(tc.point)
 			firstAnswer := create.send(client, url)
@@ -535,6 +548,7 @@ func testCrashAtEveryPoint(t *testing.T, open crashDatabase) {
 			require.Equal(t, 1, total, "purchase_order rows after the replays")
 			require.Equal(t, map[string]int{"DONE": 1}, crashRecordStatuses(t, db), "idempotency records")
 			require.False(t, second.exited(), "the restarted server must stay up: %v", second.waitErr)
+			checkCrashHistory(t, db, create.hist)
 		})
 	}
 }
@@ -579,6 +593,7 @@ func testRandomKill9(t *testing.T, open crashDatabase) {
 			hardDeadline := time.Now().Add(40 * time.Second)
 			chaosOver := make(chan struct{})
 			results := make([][]crashKeyResult, clients)
+			hist := history.NewRecorder()
 			var wg sync.WaitGroup
 			for i := range clients {
 				wg.Add(1)
@@ -595,6 +610,7 @@ func testRandomKill9(t *testing.T, open crashDatabase) {
 						default:
 						}
 						c := newCrashCreate(user, fmt.Sprintf("rk-%d-%03d", user, k))
+						c.hist = hist
 						start := time.Now()
 						final, at, interim := c.untilFinal(ctx, client, url, hardDeadline, func() time.Duration {
 							return time.Duration(20+rand.IntN(30)) * time.Millisecond
@@ -713,6 +729,7 @@ func testRandomKill9(t *testing.T, open crashDatabase) {
 			close(work)
 			rwg.Wait()
 			require.Empty(t, mismatches, "replays after the crashes")
+			checkCrashHistory(t, db, hist)
 		})
 	}
 }
