@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 	"github.com/stretchr/testify/require"
 
 	"github.com/orderguard/idempotency"
@@ -302,15 +304,25 @@ func TestFault_SlowRedis_FailsOpenWithinTheTimeout(t *testing.T) {
 	proxy := startProxy(t, redisAddr())
 	const timeout = 20 * time.Millisecond
 	// Probes at most 400 ms apart, so that Redis is found back soon after the
-	// hang ends, however many probes failed during it.
-	cache := b.newCache(t, proxy.addr, Config{Timeout: timeout, ProbeInterval: 200 * time.Millisecond, MaxProbeInterval: 400 * time.Millisecond})
+	// hang ends, however many probes failed during it. The client's own
+	// read and write timeouts are a minute: a call bounded by anything but
+	// the cache's Timeout would hang that long, which no busy machine's
+	// stall could be mistaken for.
+	rdb := redis.NewClient(&redis.Options{
+		Addr: proxy.addr, DB: b.rdbDB, ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1,
+		DialTimeout: time.Minute, ReadTimeout: time.Minute, WriteTimeout: time.Minute,
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+	})
+	t.Cleanup(func() { rdb.Close() })
+	cache, err := New(rdb, &Config{Prefix: b.prefix, Timeout: timeout, ProbeInterval: 200 * time.Millisecond, MaxProbeInterval: 400 * time.Millisecond})
+	require.NoError(t, err)
 	in := b.newInstance(t, cache, idempotency.Config{})
 	ctx := context.Background()
 	require.Equal(t, http.StatusCreated, in.post(t, "u1", "warm", 5).status)
 	require.False(t, cache.Stats().Down)
 
-	// Two calls in a row fail, each within the timeout (well within the
-	// client's 1 s read timeout), and Redis is marked down.
+	// Two calls in a row fail, each bounded by the cache's 20 ms timeout, not
+	// the client's minute, and Redis is marked down.
 	proxy.blackhole.Store(true)
 	var first time.Duration
 	for i := range 2 {
@@ -319,18 +331,24 @@ func TestFault_SlowRedis_FailsOpenWithinTheTimeout(t *testing.T) {
 		took := time.Since(start)
 		first = max(first, took)
 		require.Nil(t, rec)
-		require.Less(t, took, 500*time.Millisecond, "call %d to a hung Redis: not the client's 1 s read timeout", i+1)
+		require.Less(t, took, 10*time.Second, "call %d to a hung Redis: the cache's timeout, not the client's minute", i+1)
 	}
 	require.True(t, cache.Stats().Down)
 
+	// While it is down, calls skip Redis: none reaches it.
 	var rec *idempotency.Record
+	before := cache.Stats()
 	start := time.Now()
 	for range 100 {
 		rec, _ = cache.GetReplay(ctx, "u1", "warm")
 		require.Nil(t, rec)
 	}
 	skipped := time.Since(start) / 100
-	require.Less(t, skipped, time.Millisecond, "calls while Redis is down")
+	after := cache.Stats()
+	skips, probes := after.Skipped-before.Skipped, after.Errors-before.Errors
+	require.Equal(t, uint64(100), skips+probes, "every call while Redis is down skips it, or is a probe")
+	probeBound := 1 + uint64(time.Since(start)/(200*time.Millisecond))
+	require.LessOrEqual(t, probes, probeBound, "at most one probe per ProbeInterval; %d skipped", skips)
 
 	// Requests meanwhile: answered by the database, at most one Redis
 	// timeout each (a probe) on top.
@@ -350,7 +368,7 @@ func TestFault_SlowRedis_FailsOpenWithinTheTimeout(t *testing.T) {
 	require.Eventually(t, func() bool {
 		cache.GetReplay(ctx, "u1", "warm")
 		return !cache.Stats().Down
-	}, 3*time.Second, 20*time.Millisecond)
+	}, 30*time.Second, 20*time.Millisecond, "Redis answers again, but the cache never marked it up")
 	// A replay from the database is shared again (tried until no call of the
 	// two hits the 20 ms timeout on a loaded machine).
 	require.Eventually(t, func() bool {
@@ -359,7 +377,7 @@ func TestFault_SlowRedis_FailsOpenWithinTheTimeout(t *testing.T) {
 		}
 		rec, _ := cache.GetReplay(ctx, "u1", "slow-19")
 		return rec != nil
-	}, 5*time.Second, 20*time.Millisecond, "after Redis recovered, replays are shared again")
+	}, 30*time.Second, 20*time.Millisecond, "after Redis recovered, replays are shared again")
 }
 
 // countingHandler counts log records by level, and keeps them to show.
