@@ -12,8 +12,11 @@ require (
 	github.com/orderguard/idempotency/metrics v0.0.0
 	github.com/orderguard/idempotency/postgres v0.0.0
 	github.com/prometheus/client_golang v1.25.0
+	github.com/redis/go-redis/v9 v9.23.0
 	github.com/stretchr/testify v1.12.1
 )
+
+require go.uber.org/atomic v1.12.0 // indirect
 
 require (
 	filippo.io/edwards25519 v1.2.0 // indirect
@@ -31,6 +34,7 @@ require (
 	github.com/mattn/go-isatty v0.0.24 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/ncruces/go-strftime v1.1.0 // indirect
+	github.com/orderguard/idempotency/redis v0.0.0
 	github.com/prometheus/client_model v0.6.3 // indirect
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
@@ -55,3 +59,5 @@ replace github.com/orderguard/idempotency/sqlite => ../../sqlite
 replace github.com/orderguard/idempotency/metrics => ../../metrics
 
 replace github.com/orderguard/idempotency/postgres => ../../postgres
+
+replace github.com/orderguard/idempotency/redis => ../../redis
