@@ -23,6 +23,7 @@
 //	                       each other's answers without the database (default
 //	                       off)
 //	-redis-timeout D       bound on one Redis call (default 50ms)
+//	-redis-prefix P        start of every Redis key written (default orders:)
 //
 // GET /metrics serves the Prometheus metrics of package metrics, and
 // GET /openapi.yaml the API's OpenAPI 3.1 description (docs/openapi.yaml).
@@ -80,6 +81,7 @@ type flags struct {
 	idempotency       bool
 	redis             string
 	redisTimeout      time.Duration
+	redisPrefix       string
 }
 
 func parseFlags(args []string) (flags, error) {
@@ -96,6 +98,7 @@ func parseFlags(args []string) (flags, error) {
 	fs.DurationVar(&f.handlerDelay, "handler-delay", 0, "artificial delay inside the create transaction")
 	fs.BoolVar(&f.idempotency, "idempotency", true, "protect writes with the idempotency middleware")
 	fs.StringVar(&f.redis, "redis", "", "Redis `ADDR` (host:port) of the shared replay pre-filter; empty: none")
+	fs.StringVar(&f.redisPrefix, "redis-prefix", "orders:", "start of every Redis key written, so that services (or runs) sharing one Redis stay apart")
 	fs.DurationVar(&f.redisTimeout, "redis-timeout", defaultRedisTimeout, "bound on one Redis call; a slower call is a miss and the request goes to the database")
 	return f, fs.Parse(args)
 }
@@ -134,7 +137,7 @@ func run(args []string) error {
 	metricOpts := []metrics.Option{metrics.WithRoutes("create_order", "cancel_order", "pay_order")}
 	var shared idempotency.SharedCache
 	if f.redis != "" && f.idempotency {
-		cache, closeRedis, err := openRedis(ctx, f.redis, f.redisTimeout, log)
+		cache, closeRedis, err := openRedis(ctx, f.redis, f.redisPrefix, f.redisTimeout, log)
 		if err != nil {
 			return err
 		}

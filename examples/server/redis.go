@@ -18,10 +18,6 @@ import (
 )
 
 const (
-	// redisPrefix starts every key the example writes in Redis, so that
-	// several services can share one Redis and the example's keys can be
-	// flushed alone (redis-cli --scan --pattern 'orders:*').
-	redisPrefix = "orders:"
 	// redisWarmConns is how many connections are opened before the server
 	// listens, and kept open while idle (go-redis's MinIdleConns): a call
 	// that must first dial and shake hands (HELLO, CLIENT SETINFO: three
@@ -34,12 +30,12 @@ const (
 	redisWarmTimeout = 5 * time.Second
 )
 
-// openRedis returns the shared cache on addr with the call timeout given
-// (-redis-timeout), and the function that closes its client. It opens
+// openRedis returns the shared cache on addr, writing under prefix
+// (-redis-prefix) with the call timeout given (-redis-timeout), and the function that closes its client. It opens
 // redisWarmConns connections first, so that the first requests find them
 // ready. A Redis that cannot be reached is logged, not fatal: Redis is never
 // the source of truth, and the cache probes it until it answers.
-func openRedis(ctx context.Context, addr string, timeout time.Duration, log *slog.Logger) (*idemredis.Cache, func(), error) {
+func openRedis(ctx context.Context, addr, prefix string, timeout time.Duration, log *slog.Logger) (*idemredis.Cache, func(), error) {
 	rdb := redis.NewClient(&redis.Options{
 		Addr: addr,
 		// As idemredis requires: every call bounded by Config.Timeout, no
@@ -50,7 +46,7 @@ func openRedis(ctx context.Context, addr string, timeout time.Duration, log *slo
 		// new connection, and no log line from servers that lack it.
 		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
 	})
-	shared, err := idemredis.New(rdb, &idemredis.Config{Prefix: redisPrefix, Timeout: timeout, Logger: log})
+	shared, err := idemredis.New(rdb, &idemredis.Config{Prefix: prefix, Timeout: timeout, Logger: log})
 	if err != nil {
 		_ = rdb.Close()
 		return nil, nil, fmt.Errorf("-redis: %w", err)

@@ -58,7 +58,7 @@ func TestOpenRedis_Unreachable_StartsWithAWarning(t *testing.T) {
 	require.NoError(t, ln.Close()) // nothing listens there now
 
 	var logs bytes.Buffer
-	cache, closeRedis, err := openRedis(context.Background(), addr, 50*time.Millisecond, slog.New(slog.NewTextHandler(&logs, nil)))
+	cache, closeRedis, err := openRedis(context.Background(), addr, "test:", 50*time.Millisecond, slog.New(slog.NewTextHandler(&logs, nil)))
 	require.NoError(t, err)
 	t.Cleanup(closeRedis)
 	require.Contains(t, logs.String(), "not reachable at start-up")
