@@ -42,6 +42,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -80,6 +81,7 @@ func TestReadme_ConsoleBlocks_AnswerAsShown(t *testing.T) {
 	require.GreaterOrEqual(t, sections["Walkthrough"], 5, "console blocks in the Walkthrough")
 	require.GreaterOrEqual(t, sections["Redis pre-filter (optional)"], 1, "console blocks in the Redis section")
 	mcpCall, mcpResult, mcpKeyIDs := readmeMCPExample(t, string(md), blocks)
+	mcpRun := readmeMCPRun(t, blocks)
 
 	for _, variant := range []string{"sqlite", "mysql", "postgres"} {
 		t.Run(variant, func(t *testing.T) {
@@ -92,7 +94,7 @@ func TestReadme_ConsoleBlocks_AnswerAsShown(t *testing.T) {
 					r.run(c)
 				}
 			}
-			r.mcp(mcpCall, mcpResult, mcpKeyIDs)
+			r.mcp(mcpRun, mcpCall, mcpResult, mcpKeyIDs)
 		})
 	}
 }
@@ -116,6 +118,23 @@ func readmeMCPExample(t *testing.T, md string, blocks []mdBlock) (call, result m
 	m := regexp.MustCompile(`client\.KeyFor\("([^"]+)", "([^"]+)"\)`).FindStringSubmatch(before)
 	require.NotNil(t, m, "README line %d: the text before the MCP call names the key as client.KeyFor(\"run\", \"call\")", call.line)
 	return call, result, [2]string{m[1], m[2]}
+}
+
+// readmeMCPRun finds the commands of "Run the MCP tool server": the order
+// API, then the MCP server over stdio (the first two lines of its sh block;
+// the third is the HTTP alternative).
+func readmeMCPRun(t *testing.T, blocks []mdBlock) []consoleCommand {
+	t.Helper()
+	for _, b := range blocks {
+		if b.lang != "sh" || !strings.Contains(b.text, "go run ./examples/mcpserver -api") {
+			continue
+		}
+		lines := strings.Split(b.text, "\n")
+		require.GreaterOrEqual(t, len(lines), 2, "README line %d", b.line)
+		return []consoleCommand{{line: b.line + 1, source: lines[0]}, {line: b.line + 2, source: lines[1]}}
+	}
+	t.Fatal("the README's MCP section shows how to run the order API and the MCP server (go run ./examples/mcpserver -api …)")
+	return nil
 }
 
 // readmeRun is one run of the README: its servers, databases and the
@@ -450,11 +469,11 @@ func (r *readmeRun) grep(c consoleCommand, words []string, text string) string {
 	return out.String()
 }
 
-// mcp makes the README's create_order call through the mcpserver binary
-// over stdio, as an MCP host does, with the order API of the README's "Run
-// the MCP tool server" (go run ./examples/server &, on the default
-// database, after everything above), and compares the result.
-func (r *readmeRun) mcp(call, result mdBlock, keyIDs [2]string) {
+// mcp runs the README's "Run the MCP tool server" commands (the order API
+// in the background, then the MCP server, which an MCP host starts and
+// speaks to over stdio: this test is that host), makes the README's
+// create_order call, and compares the result.
+func (r *readmeRun) mcp(run []consoleCommand, call, result mdBlock, keyIDs [2]string) {
 	t := r.t
 	t.Helper()
 	var in struct {
@@ -465,10 +484,23 @@ func (r *readmeRun) mcp(call, result mdBlock, keyIDs [2]string) {
 	require.Equal(t, client.KeyFor(keyIDs[0], keyIDs[1]), in.Arguments["idempotency_key"],
 		"README line %d: the key shown is client.KeyFor(%q, %q)", call.line, keyIDs[0], keyIDs[1])
 
-	r.startServer(consoleCommand{line: call.line, source: "go run ./examples/server &"}, nil)
+	r.run(run[0]) // the order API
+	pipelines, err := shellParse(run[1].source)
+	require.NoError(t, err, "README line %d", run[1].line)
+	words := pipelines[0].commands[0]
+	require.True(t, len(pipelines) == 1 && !pipelines[0].background && len(words) >= 3 && words[0] == "go" && words[1] == "run" && words[2] == "./examples/mcpserver",
+		"README line %d: go run ./examples/mcpserver ARGS, not %q", run[1].line, run[1].source)
+	args := slices.Clone(words[3:])
+	for i := range args {
+		if args[i] == "-api" && i+1 < len(args) {
+			_, port, err := net.SplitHostPort(strings.TrimPrefix(args[i+1], "http://"))
+			require.NoError(t, err, "README line %d: -api", run[1].line)
+			args[i+1] = "http://" + r.addr(port)
+		}
+	}
 	bin, err := mcpServerBinary()
 	require.NoError(t, err)
-	cmd := exec.Command(bin, "-api", "http://"+r.addr("8080"))
+	cmd := exec.Command(bin, args...)
 	cmd.Stderr = r.logs
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -497,7 +529,11 @@ var mcpServerBinary = sync.OnceValues(func() (string, error) {
 		return "", err
 	}
 	bin := filepath.Join(filepath.Dir(server), "mcpserver")
-	cmd := exec.Command("go", "build", "-o", bin, ".")
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		goTool = filepath.Join(os.Getenv("GOROOT"), "bin", "go")
+	}
+	cmd := exec.Command(goTool, "build", "-o", bin, ".")
 	cmd.Dir = "../mcpserver"
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build mcpserver: %v\n%s", err, out)
