@@ -130,6 +130,9 @@ type attempt struct {
 	// waitUntil ends every wait for another attempt's outcome (in the
 	// shared cache, then in the Store): one InFlightWait from the first.
 	waitUntil time.Time
+	// sharedBlind: a call to Config.SharedCache failed or was skipped for
+	// this request, so its miss says nothing about the key (shared.go).
+	sharedBlind bool
 }
 
 // newAttempt starts a request's attempt and its StageRequest.

@@ -78,12 +78,14 @@ type SharedCacheHealthReporter interface {
 // if the marker outlives the wait, is answered in-progress: without
 // waiting, in single-phase, the duplicate would execute. A marker with
 // another fingerprint, or one that vanished without an outcome, leaves the
-// decision to the Store.
+// decision to the Store. A call that failed or was skipped (the cache down
+// or slow) marks the attempt sharedBlind.
 func (a *attempt) preFilter() (unmark func(), answered bool) {
 	sc := a.m.cfg.SharedCache
 	if sc == nil {
 		return func() {}, false
 	}
+	misses := sharedMisses(sc)
 	if a.replayFromShared(a.ctx, sc) {
 		return nil, true
 	}
@@ -94,6 +96,7 @@ func (a *attempt) preFilter() (unmark func(), answered bool) {
 			return nil, true
 		}
 	}
+	a.sharedBlind = sharedMisses(sc) != misses
 	switch {
 	case set:
 		return func() { sc.UnmarkInFlight(context.WithoutCancel(a.ctx), m) }, false
@@ -106,6 +109,21 @@ func (a *attempt) preFilter() (unmark func(), answered bool) {
 		return nil, true
 	}
 	return func() {}, false // another request's marker: the Store decides
+}
+
+// sharedMisses counts the calls of a SharedCache that reports its health
+// which failed or were skipped; 0 for one that does not report it. A
+// change across a request's calls means the cache may have missed a replay
+// it holds, or never been asked: a finished key cannot be told from a new
+// one there (the count is the cache's, so a concurrent request's failure
+// also counts: pessimistic, and only while the cache fails).
+func sharedMisses(sc SharedCache) uint64 {
+	r, ok := sc.(SharedCacheHealthReporter)
+	if !ok {
+		return 0
+	}
+	h := r.Health()
+	return h.FailOpens + h.Skipped
 }
 
 // replayable reports whether rec, from the shared cache, may answer this

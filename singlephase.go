@@ -17,9 +17,13 @@ import (
 // the in-process cache (a retry that reached another instance) would do the
 // same; while such retries are frequent on this route (replayHint), the
 // record is read first instead, and a finished key is replayed without
-// executing. New keys pay that read only then.
+// executing. New keys pay that read only then, or when the shared cache
+// could not answer for this request (sharedBlind): with Redis answering the
+// route's retries, the hint sees only new keys and stops reading, so while
+// Redis is down or slow its retries would otherwise execute and roll back.
 func (a *attempt) serveSinglePhase() {
-	if a.m.replayHint.request() && a.answerFromRecord() {
+	read := a.m.replayHint.request()
+	if (read || a.sharedBlind) && a.answerFromRecord() {
 		return
 	}
 	for run := 1; a.executeSinglePhase(run < maxSinglePhaseRuns); run++ {

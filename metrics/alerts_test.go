@@ -77,7 +77,7 @@ func registered(t *testing.T) map[string][]string {
 			out[f.GetName()+"_count"] = labels
 		}
 	}
-	require.Len(t, families, 12, "every metric has a series")
+	require.Len(t, families, 13, "every metric has a series")
 	return out
 }
 
@@ -92,6 +92,7 @@ var labelValues = map[string][]string{
 	"result":        outcomes(idempotency.OutcomeRecovered, idempotency.OutcomeReclaimed),
 	"stage":         {"claim", "execute", "finalize", "replay"},
 	"record_status": {string(idempotency.StatusDone), string(idempotency.StatusFailed)},
+	"source":        {string(idempotency.ReplayFromCache), string(idempotency.ReplayFromShared), string(idempotency.ReplayFromStore)},
 }
 
 func outcomes(os ...idempotency.Outcome) []string {

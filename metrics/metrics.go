@@ -36,6 +36,11 @@
 //   - idempotency_replays_total{route,record_status}: replayed answers by the
 //     status of the record replayed, DONE or FAILED. It sums to
 //     idempotency_requests_total{outcome="replayed"}.
+//   - idempotency_replay_sources_total{route,source}: replayed answers by
+//     where the snapshot came from (Event.From): cache (this process's
+//     replay cache), shared (Config.SharedCache, Redis: the database was
+//     not asked) or store (the record, read from the database). It sums to
+//     idempotency_requests_total{outcome="replayed"} too.
 //   - idempotency_request_duration_seconds{route,outcome}: histogram of the
 //     time from a request's arrival at the middleware to its final outcome.
 //   - idempotency_stage_duration_seconds{route,stage}: histogram of the
@@ -113,6 +118,9 @@ var stepOutcomes = []idempotency.Outcome{
 // replayStatuses are the record statuses a replay can find.
 var replayStatuses = []idempotency.Status{idempotency.StatusDone, idempotency.StatusFailed}
 
+// replaySources are where a replayed snapshot can come from.
+var replaySources = []idempotency.ReplaySource{idempotency.ReplayFromCache, idempotency.ReplayFromShared, idempotency.ReplayFromStore}
+
 // Option configures New.
 type Option func(*options)
 
@@ -170,6 +178,7 @@ type Observer struct {
 	requests        *prometheus.CounterVec
 	events          *prometheus.CounterVec
 	replays         *prometheus.CounterVec
+	replaySources   *prometheus.CounterVec
 	requestDuration *prometheus.HistogramVec
 	stageDuration   *prometheus.HistogramVec
 	inFlight        *prometheus.GaugeVec
@@ -212,6 +221,10 @@ func New(reg prometheus.Registerer, opts ...Option) (*Observer, error) {
 			Namespace: Namespace, Name: "replays_total", ConstLabels: o.constLabels,
 			Help: "Stored answers replayed, by the status of the replayed record (DONE or FAILED).",
 		}, []string{"route", "record_status"}),
+		replaySources: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "replay_sources_total", ConstLabels: o.constLabels,
+			Help: "Stored answers replayed, by where the snapshot came from: cache (this process's replay cache), shared (the shared cache, Redis; the database was not asked) or store (read from the database).",
+		}, []string{"route", "source"}),
 		requestDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: Namespace, Name: "request_duration_seconds", ConstLabels: o.constLabels,
 			Help:    "Time from a request's arrival at the idempotency middleware to its final outcome, by outcome.",
@@ -244,6 +257,9 @@ func New(reg prometheus.Registerer, opts ...Option) (*Observer, error) {
 		return nil, err
 	}
 	if obs.replays, err = register(reg, obs.replays); err != nil {
+		return nil, err
+	}
+	if obs.replaySources, err = register(reg, obs.replaySources); err != nil {
 		return nil, err
 	}
 	if obs.requestDuration, err = register(reg, obs.requestDuration); err != nil {
@@ -280,6 +296,9 @@ func New(reg prometheus.Registerer, opts ...Option) (*Observer, error) {
 		}
 		for _, st := range replayStatuses {
 			obs.replays.WithLabelValues(route, string(st))
+		}
+		for _, src := range replaySources {
+			obs.replaySources.WithLabelValues(route, string(src))
 		}
 		obs.inFlight.WithLabelValues(route)
 	}
@@ -356,7 +375,8 @@ func registerSharedCache(reg prometheus.Registerer, sc sharedCache, constLabels 
 //
 // A request's final event (the one carrying its Duration) adds to
 // idempotency_requests_total and idempotency_request_duration_seconds, and a
-// replay also to idempotency_replays_total. Step events (claimed, taken_over,
+// replay also to idempotency_replays_total and
+// idempotency_replay_sources_total. Step events (claimed, taken_over,
 // and lease_lost or store_error without a Duration) add to
 // idempotency_events_total. Reconciler events add their Count (1 if unset) to
 // idempotency_reconciled_total; Purge's adds its Count to
@@ -384,6 +404,11 @@ func (o *Observer) Observe(_ context.Context, e idempotency.Event) {
 				status = "unknown"
 			}
 			o.replays.WithLabelValues(e.Route, status).Inc()
+			source := string(e.From)
+			if source == "" {
+				source = "unknown"
+			}
+			o.replaySources.WithLabelValues(e.Route, source).Inc()
 		}
 	}
 }

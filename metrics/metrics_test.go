@@ -177,6 +177,7 @@ func TestObserver_CountsExactlyOneFinalOutcomePerRequest_StepsAndStagesSeparatel
 	require.Equal(t, 2.0, value(t, reg, "idempotency_replays_total", "route", obstest.RouteOrders, "record_status", "DONE"))
 	require.Equal(t, 1.0, value(t, reg, "idempotency_replays_total", "route", obstest.RouteOrders, "record_status", "FAILED"))
 	require.Equal(t, 2, testutil.CollectAndCount(reg, "idempotency_replays_total"))
+	require.Equal(t, 3.0, sum(t, reg, "idempotency_replay_sources_total"), "every replay has one source")
 
 	// Stages: 8 keyed requests on /orders reached the claim, 3 executed, 3
 	// replayed; the two /flaky requests claimed and executed.
@@ -350,7 +351,7 @@ func TestNew_EveryMetricHasHelp_AndOnlyBoundedLabels_NeverTheKeyHash(t *testing.
 	keyHash := idempotency.KeyHash("tenant", "secret-key")
 	driveAll(obs, keyHash)
 
-	allowed := map[string]bool{"route": true, "outcome": true, "event": true, "record_status": true, "stage": true, "result": true, "cache": true}
+	allowed := map[string]bool{"route": true, "outcome": true, "event": true, "record_status": true, "stage": true, "result": true, "cache": true, "source": true}
 	families, err := reg.Gather()
 	require.NoError(t, err)
 	var names []string
@@ -368,7 +369,7 @@ func TestNew_EveryMetricHasHelp_AndOnlyBoundedLabels_NeverTheKeyHash(t *testing.
 	}
 	require.ElementsMatch(t, []string{
 		"idempotency_requests_total", "idempotency_events_total", "idempotency_replays_total",
-		"idempotency_request_duration_seconds", "idempotency_stage_duration_seconds",
+		"idempotency_replay_sources_total", "idempotency_request_duration_seconds", "idempotency_stage_duration_seconds",
 		"idempotency_claims_in_flight", "idempotency_reconciled_total", "idempotency_purged_records_total",
 		"idempotency_shared_cache_up", "idempotency_shared_cache_fail_opens_total",
 		"idempotency_shared_cache_skipped_total", "idempotency_shared_cache_downs_total",
@@ -385,6 +386,7 @@ func TestNew_WithRoutes_PreinitialisesEverySeriesAtZero(t *testing.T) {
 	require.Equal(t, 2*10, testutil.CollectAndCount(reg, "idempotency_requests_total"), "10 final outcomes per route")
 	require.Equal(t, 2*4, testutil.CollectAndCount(reg, "idempotency_events_total"))
 	require.Equal(t, 2*2, testutil.CollectAndCount(reg, "idempotency_replays_total"))
+	require.Equal(t, 2*3, testutil.CollectAndCount(reg, "idempotency_replay_sources_total"), "cache, shared and store per route")
 	require.Equal(t, 2, testutil.CollectAndCount(reg, "idempotency_claims_in_flight"))
 	require.Equal(t, 2, testutil.CollectAndCount(reg, "idempotency_reconciled_total"))
 	require.Equal(t, 1, testutil.CollectAndCount(reg, "idempotency_purged_records_total"))
@@ -417,4 +419,27 @@ func TestNew_NilRegisterer_ReturnsError(t *testing.T) {
 	_, err := metrics.New(nil)
 	require.Error(t, err)
 	require.Panics(t, func() { metrics.MustNew(nil) })
+}
+
+// Each replay is counted once by where its snapshot came from (Event.From),
+// so that an operator sees how many replays Redis answered without the
+// database; the sources sum to the replayed outcome.
+func TestObserver_CountsReplaysBySource(t *testing.T) {
+	t.Parallel()
+	obs, reg := newObserver(t)
+	replay := func(from idempotency.ReplaySource) idempotency.Event {
+		return idempotency.Event{Route: "r", Outcome: idempotency.OutcomeReplayed, Final: true, Status: 201,
+			Replayed: idempotency.StatusDone, From: from}
+	}
+	for _, from := range []idempotency.ReplaySource{
+		idempotency.ReplayFromCache, idempotency.ReplayFromShared, idempotency.ReplayFromShared,
+		idempotency.ReplayFromStore, idempotency.ReplayFromStore, idempotency.ReplayFromStore,
+	} {
+		obs.Observe(context.Background(), replay(from))
+	}
+	for source, want := range map[string]float64{"cache": 1, "shared": 2, "store": 3} {
+		require.Equal(t, want, value(t, reg, "idempotency_replay_sources_total", "route", "r", "source", source), "replays from %s", source)
+	}
+	require.Equal(t, value(t, reg, "idempotency_requests_total", "route", "r", "outcome", "replayed"),
+		sum(t, reg, "idempotency_replay_sources_total"), "sources sum to the replayed outcome")
 }

@@ -239,11 +239,11 @@ func (r *runner) runFleet(ctx context.Context, f *family) error {
 		fleets := []fleet{plain}
 		if rd != nil {
 			src := &replaySources{}
-			urls, _, err := serve(orderservice.Options{Idempotency: true, Config: idempotency.Config{Mode: mode, Observer: src}}, rd.addr)
+			urls, caches, err := serve(orderservice.Options{Idempotency: true, Config: idempotency.Config{Mode: mode, Observer: src}}, rd.addr)
 			if err != nil {
 				return err
 			}
-			fleets = append(fleets, fleet{", Redis", urls, src.probe(baseProbe)})
+			fleets = append(fleets, fleet{", Redis", urls, src.probe(redisCallsProbe(caches, baseProbe))})
 		}
 		for _, share := range shares {
 			for _, fl := range fleets {
@@ -253,6 +253,16 @@ func (r *runner) runFleet(ctx context.Context, f *family) error {
 				variant := fmt.Sprintf("%s, %.0f%% retries%s", modeName(mode), 100*share, fl.name)
 				r.measureFleet(f.client, fl.probe, c, bare, variant, mixed(fl.urls, share))
 			}
+		}
+		// Retries right after the answer, on another instance
+		// (fleet_immediate.go), at the larger share.
+		for _, fl := range fleets {
+			if r.opts.quick || ctx.Err() != nil {
+				break
+			}
+			share := fleetRetryShares[len(fleetRetryShares)-1]
+			variant := fmt.Sprintf("%s, %.0f%% retries at once, another instance%s", modeName(mode), 100*share, fl.name)
+			r.measureFleet(f.client, fl.probe, c, bare, variant, immediateTarget(fl.urls, share, c))
 		}
 		if rd == nil || ctx.Err() != nil {
 			continue
@@ -302,8 +312,8 @@ func (r *runner) measureFleet(client *http.Client, probe func() map[string]float
 	}
 	nw, rp := p.Kinds[kindNew], p.Kinds[kindReplay]
 	if nw != nil && rp != nil {
-		fmt.Fprintf(os.Stderr, "    new keys: thr %.2f, P99 %.2f × bare; replays: thr %.2f, P99 %.2f × bare; replays from cache/Redis/store/re-execution %s\n",
-			nw.EquivRPS/p.Kinds["bare"].EquivRPS, nw.P99/p0.P99, rp.EquivRPS/p.Kinds["bare"].EquivRPS, rp.P99/p0.P99, sourceShares(p))
+		fmt.Fprintf(os.Stderr, "    new keys: thr %.2f, P99 %.2f × bare; replays: thr %.2f, P99 %.2f × bare; replays from cache/Redis/store/re-execution %s%s\n",
+			nw.EquivRPS/p.Kinds["bare"].EquivRPS, nw.P99/p0.P99, rp.EquivRPS/p.Kinds["bare"].EquivRPS, rp.P99/p0.P99, sourceShares(p), redisCalls(p))
 	}
 }
 
@@ -321,6 +331,30 @@ func kindStat(sorted []time.Duration, conc int, seconds float64) *KindStat {
 	k.EquivRPS = float64(conc) / (k.Mean / 1e3)
 	k.P50, k.P99 = percentile(sorted, 50), percentile(sorted, 99)
 	return k
+}
+
+// redisCallsProbe adds the caches' failed and skipped calls and their
+// downs to a probe (per request in the point, as every probe value).
+func redisCallsProbe(caches []*idemredis.Cache, base func() map[string]float64) func() map[string]float64 {
+	return func() map[string]float64 {
+		out := base()
+		s := redisStats(caches)
+		out["redis_failed"] = float64(s.Errors)
+		out["redis_skipped"] = float64(s.Skipped)
+		out["redis_downs"] = float64(s.Downs)
+		return out
+	}
+}
+
+// redisCalls is the point's failed and skipped Redis calls and downs, for a
+// point with Redis ("" for one without).
+func redisCalls(p *Point) string {
+	if _, ok := p.Server["redis_failed"]; !ok {
+		return ""
+	}
+	n := float64(p.Requests)
+	return fmt.Sprintf("; Redis calls failed %.0f, skipped %.0f, down %.0f times",
+		p.Server["redis_failed"]*n, p.Server["redis_skipped"]*n, p.Server["redis_downs"]*n)
 }
 
 // sourceShares is where a point's replays came from, in % of its replays:
@@ -342,7 +376,7 @@ func (rep *Report) fleetMarkdown(b *strings.Builder) {
 	}
 	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
 	w("## Fleet: three instances on one database\n\n")
-	w("Three instances of examples/orderservice, each with its own *sql.DB (pool of 64), store and replay cache, over one MariaDB database, served in-process on loopback; every request goes to an instance picked at random. Workload: new keys, plus retries of keys answered moments before (picked from the latest %d), which land on any instance. Each mixed point alternates with the bare create on the same three instances (Idempotency=false) in %v slices. Concurrency %d. Rows marked Redis give each instance an `idemredis.Cache` of its own (its own client, default settings: 20 ms timeout) on one Redis as Config.SharedCache, under a key prefix new to the run, so entries of earlier runs never answer.\n\n", fleetRecent, rep.Options["slices"], headlineConc)
+	w("Three instances of examples/orderservice, each with its own *sql.DB (pool of 64), store and replay cache, over one MariaDB database, served in-process on loopback; every request goes to an instance picked at random. Workload: new keys, plus retries of keys answered moments before (picked from the latest %d), which land on any instance. Each mixed point alternates with the bare create on the same three instances (Idempotency=false) in %v slices. Concurrency %d. Rows marked *at once, another instance* retry each key as the worker's very next request after its answer, on one of the two instances that did not answer it (fleet_immediate.go). Rows marked Redis give each instance an `idemredis.Cache` of its own (its own client) on one Redis as Config.SharedCache, wired as `examples/server -redis` wires it (50 ms call timeout, 4 connections opened before the first request), under a key prefix new to the run, so entries of earlier runs never answer.\n\n", fleetRecent, rep.Options["slices"], headlineConc)
 	w("| mode, retries | all req/s vs bare | new keys thr vs bare | new keys P99 vs bare | replays thr vs bare | replays P99 vs bare | replays from cache / Redis / store / re-execution | handler runs per replay | round trips/req |\n")
 	w("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, p := range pts {

@@ -9,6 +9,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -66,6 +67,36 @@ func newRedisClient(addr string) *redis.Client {
 	})
 }
 
+// The fleet's caches are wired as examples/server -redis wires its own
+// (examples/server/redis.go): a call timeout that holds on a loaded
+// two-core machine, and connections opened before the first request and
+// kept idle, so that a first call never dials within its timeout.
+const (
+	fleetRedisTimeout   = 50 * time.Millisecond
+	fleetRedisWarmConns = 4
+)
+
+// warmRedis opens n connections to Redis, each answering a PING, and leaves
+// them idle in the pool.
+func warmRedis(ctx context.Context, rdb *redis.Client, n int) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	conns := make([]*redis.Conn, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			conns[i] = rdb.Conn()
+			errs[i] = conns[i].Ping(ctx).Err()
+		})
+	}
+	wg.Wait()
+	for _, c := range conns {
+		_ = c.Close()
+	}
+	return errors.Join(errs...)
+}
+
 // quietRedisLog drops go-redis's own log lines, which are one per failed
 // dial while Redis is stopped on purpose (idemredis's Stats count the
 // failures). go-redis has one logger per process: this silences B5's
@@ -75,13 +106,20 @@ type quietRedisLog struct{}
 func (quietRedisLog) Printf(context.Context, string, ...any) {}
 
 // cache is a new idemredis.Cache, with a client of its own, on addr (Redis,
-// or a proxy in front of it).
+// or a proxy in front of it), its connections opened first.
 func (fr *fleetRedis) cache(addr string) (*idemredis.Cache, error) {
-	rdb := newRedisClient(addr)
+	rdb := redis.NewClient(&redis.Options{
+		Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1,
+		MinIdleConns:             fleetRedisWarmConns,
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+	})
 	fr.mu.Lock()
 	fr.clients = append(fr.clients, rdb)
 	fr.mu.Unlock()
-	return idemredis.New(rdb, &idemredis.Config{Prefix: fr.prefix})
+	if err := warmRedis(context.Background(), rdb, fleetRedisWarmConns); err != nil {
+		return nil, fmt.Errorf("warm up Redis at %s: %w", addr, err)
+	}
+	return idemredis.New(rdb, &idemredis.Config{Prefix: fr.prefix, Timeout: fleetRedisTimeout})
 }
 
 // close deletes the run's keys and closes every client.
@@ -111,8 +149,20 @@ func (fr *fleetRedis) close() {
 }
 
 // sharedCounter is the instance's shared cache, marking the request whose
-// GetReplay found an entry, for replaySources.
+// GetReplay found an entry, for replaySources. It reports the cache's
+// health as the cache does (the middleware reads it: single-phase reads
+// the record first after a failed or skipped call).
 type sharedCounter struct{ idempotency.SharedCache }
+
+var _ idempotency.SharedCacheHealthReporter = sharedCounter{}
+
+// Health implements idempotency.SharedCacheHealthReporter.
+func (s sharedCounter) Health() idempotency.SharedCacheHealth {
+	if r, ok := s.SharedCache.(idempotency.SharedCacheHealthReporter); ok {
+		return r.Health()
+	}
+	return idempotency.SharedCacheHealth{Up: true}
+}
 
 func (s sharedCounter) GetReplay(ctx context.Context, scope, key string) (*idempotency.Record, time.Duration) {
 	rec, ttl := s.SharedCache.GetReplay(ctx, scope, key)

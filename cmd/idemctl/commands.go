@@ -18,7 +18,7 @@ import (
 
 func (c *cli) migrate(ctx context.Context, args []string, dbURL string) error {
 	fs := c.flagSet("migrate", &dbURL)
-	if err := parse(fs, args); err != nil {
+	if err := c.parse(fs, args); err != nil {
 		return err
 	}
 	d, err := c.open(ctx, dbURL, true)
@@ -49,7 +49,7 @@ func (c *cli) migrate(ctx context.Context, args []string, dbURL string) error {
 func (c *cli) stats(ctx context.Context, args []string, dbURL string) error {
 	fs := c.flagSet("stats", &dbURL)
 	asJSON := fs.Bool("json", false, "print JSON")
-	if err := parse(fs, args); err != nil {
+	if err := c.parse(fs, args); err != nil {
 		return err
 	}
 	d, err := c.open(ctx, dbURL, false)
@@ -90,7 +90,7 @@ func (c *cli) inspect(ctx context.Context, args []string, dbURL string) error {
 	scope, key := recordFlags(fs)
 	showBody := fs.Bool("body", false, "print the stored response body")
 	asJSON := fs.Bool("json", false, "print JSON")
-	if err := parse(fs, args); err != nil {
+	if err := c.parse(fs, args); err != nil {
 		return err
 	}
 	if *key == "" {
@@ -116,7 +116,7 @@ func (c *cli) release(ctx context.Context, args []string, dbURL string) error {
 	fs := c.flagSet("release", &dbURL)
 	scope, key := recordFlags(fs)
 	yes := fs.Bool("yes", false, "release without asking for confirmation")
-	if err := parse(fs, args); err != nil {
+	if err := c.parse(fs, args); err != nil {
 		return err
 	}
 	if *key == "" {
@@ -176,7 +176,7 @@ func (c *cli) release(ctx context.Context, args []string, dbURL string) error {
 func (c *cli) purge(ctx context.Context, args []string, dbURL string) error {
 	fs := c.flagSet("purge", &dbURL)
 	olderThan := fs.Duration("older-than", 0, "delete final records created more than this long ago (a Go duration, e.g. 72h), whatever their retention; default: those past retention")
-	if err := parse(fs, args); err != nil {
+	if err := c.parse(fs, args); err != nil {
 		return err
 	}
 	explicit := false

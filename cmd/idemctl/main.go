@@ -55,12 +55,14 @@ func init() {
 func (c *cli) run(args []string) int {
 	global := flag.NewFlagSet("idemctl", flag.ContinueOnError)
 	global.SetOutput(c.stderr)
-	dbURL := global.String("db", "", "database URL: mysql://DSN or sqlite://PATH (default $"+envDatabase+")")
-	global.Usage = func() { fmt.Fprint(c.stderr, usage) }
+	dbURL := global.String("db", "", "database URL: mysql://DSN, postgres://… or sqlite://PATH (default $"+envDatabase+")")
+	global.Usage = func() {} // printed below: asked for, to stdout; after a bad flag, to stderr
 	if err := global.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return exitOK // the flag package printed the usage
+			fmt.Fprint(c.stdout, usage) // as "idemctl help"
+			return exitOK
 		}
+		fmt.Fprint(c.stderr, usage)
 		return exitUsage
 	}
 	rest := global.Args()
@@ -130,21 +132,32 @@ func fail(code int, format string, args ...any) error {
 func (c *cli) flagSet(name string, dbURL *string) *flag.FlagSet {
 	fs := flag.NewFlagSet("idemctl "+name, flag.ContinueOnError)
 	fs.SetOutput(c.stderr)
-	fs.StringVar(dbURL, "db", *dbURL, "database URL: mysql://DSN or sqlite://PATH (default $"+envDatabase+")")
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: idemctl [--db URL] %s\n\nflags:\n", commands[name].synopsis)
-		fs.PrintDefaults()
-		fmt.Fprintln(fs.Output(), "\nidemctl help prints the full usage and the exit codes.")
-	}
+	fs.StringVar(dbURL, "db", *dbURL, "database URL: mysql://DSN, postgres://… or sqlite://PATH (default $"+envDatabase+")")
+	fs.Usage = func() {} // printed by parse: asked for, to stdout; after a bad flag, to stderr
 	return fs
 }
 
-// parse parses a command's flags and refuses positional arguments.
-func parse(fs *flag.FlagSet, args []string) error {
+// commandUsage prints the usage of fs's command to w.
+func (c *cli) commandUsage(w io.Writer, fs *flag.FlagSet) {
+	name := strings.TrimPrefix(fs.Name(), "idemctl ")
+	fmt.Fprintf(w, "usage: idemctl [--db URL] %s\n\nflags:\n", commands[name].synopsis)
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+	fs.SetOutput(c.stderr)
+	fmt.Fprintln(w, "\nidemctl help prints the full usage and the exit codes.")
+}
+
+// parse parses a command's flags and refuses positional arguments. A
+// command's --help prints its usage to stdout and exits 0, as "idemctl
+// help" does; a bad flag prints it to stderr after the flag package's
+// reason.
+func (c *cli) parse(fs *flag.FlagSet, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			c.commandUsage(c.stdout, fs)
 			return &exitError{code: exitOK}
 		}
+		c.commandUsage(c.stderr, fs)
 		return &exitError{code: exitUsage} // the flag package printed why
 	}
 	if fs.NArg() > 0 {

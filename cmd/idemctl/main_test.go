@@ -526,10 +526,28 @@ func TestHelp_PrintsUsageAndExitCodes(t *testing.T) {
 		require.Contains(t, usage, want)
 	}
 
-	r := idemctl(t, "", "--help")
+	// --help is asked for: the same text on stdout, exit 0, as "help".
+	for _, flag := range []string{"--help", "-h", "-help"} {
+		r := idemctl(t, "", flag)
+		require.Equal(t, exitOK, r.code, flag)
+		require.Equal(t, usage, r.stdout, "%s prints the usage to stdout", flag)
+		require.Empty(t, r.stderr, flag)
+	}
+	r := idemctl(t, "", "inspect", "-h")
 	require.Equal(t, exitOK, r.code)
-	r = idemctl(t, "", "inspect", "-h")
-	require.Equal(t, exitOK, r.code)
+	require.Contains(t, r.stdout, "usage: idemctl [--db URL] inspect --scope S --key K")
+	require.Contains(t, r.stdout, "-scope string")
+	require.Empty(t, r.stderr)
+
+	// A bad flag is a usage error: the reason and the usage on stderr.
+	r = idemctl(t, "", "--nope")
+	require.Equal(t, exitUsage, r.code)
+	require.Empty(t, r.stdout)
+	require.Contains(t, r.stderr, "flag provided but not defined: -nope")
+	require.Contains(t, r.stderr, usage)
+	r = idemctl(t, "", "inspect", "--nope")
+	require.Equal(t, exitUsage, r.code)
+	require.Empty(t, r.stdout)
 	require.Contains(t, r.stderr, "usage: idemctl [--db URL] inspect --scope S --key K")
 }
 

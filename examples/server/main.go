@@ -18,6 +18,12 @@
 //	-purge-interval D      how often expired records are deleted (default 1m; 0 = off)
 //	-handler-delay D       artificial delay inside the create transaction (default 0)
 //	-idempotency=false     the same handlers without the middleware (baseline)
+//	-redis ADDR            the Redis pre-filter (idemredis) on ADDR, e.g.
+//	                       127.0.0.1:6379: instances naming one Redis replay
+//	                       each other's answers without the database (default
+//	                       off)
+//	-redis-timeout D       bound on one Redis call (default 50ms)
+//	-redis-prefix P        start of every Redis key written (default orders:)
 //
 // GET /metrics serves the Prometheus metrics of package metrics, and
 // GET /openapi.yaml the API's OpenAPI 3.1 description (docs/openapi.yaml).
@@ -69,6 +75,9 @@ type flags struct {
 	inFlightWait      time.Duration
 	handlerDelay      time.Duration
 	idempotency       bool
+	redis             string
+	redisTimeout      time.Duration
+	redisPrefix       string
 }
 
 func parseFlags(args []string) (flags, error) {
@@ -84,6 +93,9 @@ func parseFlags(args []string) (flags, error) {
 	fs.DurationVar(&f.inFlightWait, "in-flight-wait", 0, "how long a duplicate waits for the original to finish")
 	fs.DurationVar(&f.handlerDelay, "handler-delay", 0, "artificial delay inside the create transaction")
 	fs.BoolVar(&f.idempotency, "idempotency", true, "protect writes with the idempotency middleware")
+	fs.StringVar(&f.redis, "redis", "", "Redis `ADDR` (host:port) of the shared replay pre-filter; empty: none")
+	fs.StringVar(&f.redisPrefix, "redis-prefix", "orders:", "start of every Redis key written, so that services (or runs) sharing one Redis stay apart")
+	fs.DurationVar(&f.redisTimeout, "redis-timeout", defaultRedisTimeout, "bound on one Redis call; a slower call is a miss and the request goes to the database")
 	return f, fs.Parse(args)
 }
 
@@ -118,7 +130,18 @@ func run(args []string) error {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	obs, err := metrics.New(reg, metrics.WithRoutes("create_order", "cancel_order", "pay_order"))
+	metricOpts := []metrics.Option{metrics.WithRoutes("create_order", "cancel_order", "pay_order")}
+	var shared idempotency.SharedCache
+	if f.redis != "" && f.idempotency {
+		cache, closeRedis, err := openRedis(ctx, f.redis, f.redisPrefix, f.redisTimeout, log)
+		if err != nil {
+			return err
+		}
+		defer closeRedis()
+		shared = cache
+		metricOpts = append(metricOpts, metrics.WithSharedCache("redis", cache))
+	}
+	obs, err := metrics.New(reg, metricOpts...)
 	if err != nil {
 		return err
 	}
@@ -137,6 +160,7 @@ func run(args []string) error {
 			Lease:        f.lease,
 			Retention:    f.retention,
 			InFlightWait: f.inFlightWait,
+			SharedCache:  shared,
 			Logger:       log,
 			Observer:     obs,
 		},
@@ -155,7 +179,7 @@ func run(args []string) error {
 	srv := &http.Server{Addr: f.addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.ListenAndServe() }()
-	log.Info("listening", "addr", f.addr, "db", dialect, "idempotency", f.idempotency, "mode", f.mode)
+	log.Info("listening", "addr", f.addr, "db", dialect, "idempotency", f.idempotency, "mode", f.mode, "redis", f.redis)
 	select {
 	case err := <-errc:
 		return err

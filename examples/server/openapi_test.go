@@ -188,7 +188,7 @@ func (b *openAPIBundle) exchange(ctx context.Context, c openAPICall) (openAPIExc
 		return x, fmt.Errorf("the document has no operation for %s %s: %w", c.method, c.path, err)
 	}
 	in := &openapi3filter.RequestValidationInput{Request: req, PathParams: params, Route: route,
-		Options: &openapi3filter.Options{MultiError: true}}
+		Options: &openapi3filter.Options{MultiError: true, AuthenticationFunc: openAPIAuthenticate}}
 	x.requestErr = openapi3filter.ValidateRequest(ctx, in)
 
 	send, err := newRequest()
@@ -273,6 +273,48 @@ func (b *openAPIBundle) step(t *testing.T, name string, c openAPICall, want open
 		t.FailNow()
 	}
 	return x
+}
+
+// openAPIAuthenticate checks a request against the document's security
+// scheme as the server does: an apiKey header must be there (the server
+// then requires a positive integer, which the X-User-ID parameter states).
+func openAPIAuthenticate(_ context.Context, in *openapi3filter.AuthenticationInput) error {
+	s := in.SecurityScheme
+	if s.Type != "apiKey" || s.In != "header" {
+		return fmt.Errorf("security scheme %s: the example server knows only an apiKey header", in.SecuritySchemeName)
+	}
+	if in.RequestValidationInput.Request.Header.Get(s.Name) == "" {
+		return fmt.Errorf("security scheme %s: no %s header", in.SecuritySchemeName, s.Name)
+	}
+	return nil
+}
+
+// The document declares the security the server has: X-User-ID, an apiKey
+// header, on every order operation, and none on /healthz (which the server
+// answers without it). Linters (Redocly's recommended security-defined
+// rule, scripts/lint-openapi.sh) refuse an operation that declares none.
+func TestOpenAPI_Security_XUserIDOnEveryOrderOperationNoneOnHealthz(t *testing.T) {
+	t.Parallel()
+	doc := loadOpenAPI(t)
+	scheme := doc.Components.SecuritySchemes["UserID"]
+	require.NotNil(t, scheme, "components.securitySchemes.UserID")
+	require.Equal(t, "apiKey", scheme.Value.Type)
+	require.Equal(t, "header", scheme.Value.In)
+	require.Equal(t, "X-User-ID", scheme.Value.Name)
+	require.Equal(t, openapi3.SecurityRequirements{{"UserID": {}}}, doc.Security, "the root requires X-User-ID")
+	for path, item := range doc.Paths.Map() {
+		for method, op := range item.Operations() {
+			if path == "/healthz" {
+				require.NotNil(t, op.Security, "GET /healthz opts out of the root's security")
+				require.Empty(t, *op.Security, "GET /healthz needs no X-User-ID")
+				continue
+			}
+			require.Nil(t, op.Security, "%s %s inherits the root's X-User-ID", method, path)
+			user := op.Parameters.GetByInAndName("header", "X-User-ID")
+			require.NotNil(t, user, "%s %s states X-User-ID's form", method, path)
+			require.True(t, user.Required)
+		}
+	}
 }
 
 func TestOpenAPI_Document_IsValidOpenAPI31AndDescribesEveryRoute(t *testing.T) {
