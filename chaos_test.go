@@ -383,10 +383,10 @@ func TestChaos_CommitReplyLost_CommittedOrderIsAnswered201AndRetryReplaysIt(t *t
 
 	again := e.create(t, user, key, body)
 	require.Equal(t, http.StatusCreated, again.Status, again.Body)
-	require.Equal(t, first.Body, again.Body)
-	require.Equal(t, "true", again.Header.Get("Idempotent-Replayed"))
+	require.Equal(t, first.Body, again.Body, "a replay is the first answer, byte for byte")
+	require.Equal(t, "true", again.Header.Get("Idempotent-Replayed"), "a replay is marked Idempotent-Replayed: %s", again.Body)
 	require.Equal(t, 1, e.ordersFor(t, user, key))
-	require.EqualValues(t, 1, e.executions.Load())
+	require.EqualValues(t, 1, e.executions.Load(), "the key executed exactly once")
 	require.Equal(t, 1, e.count(t, "SELECT COUNT(*) FROM purchase_order"))
 	require.Equal(t, 1, e.count(t, "SELECT COUNT(*) FROM coupon WHERE status = 'REDEEMED'"))
 }
@@ -430,8 +430,8 @@ func TestChaos_CommitRequestLost_Answers503WithNoOrderAndRetryCreatesItOnce(t *t
 	require.EqualValues(t, 2, e.executions.Load(), "the lost attempt and the retry")
 
 	again := e.create(t, user, key, body)
-	require.Equal(t, retry.Body, again.Body)
-	require.Equal(t, "true", again.Header.Get("Idempotent-Replayed"))
+	require.Equal(t, retry.Body, again.Body, "a replay is the first answer, byte for byte")
+	require.Equal(t, "true", again.Header.Get("Idempotent-Replayed"), "a replay is marked Idempotent-Replayed: %s", again.Body)
 	require.Equal(t, 1, e.count(t, "SELECT COUNT(*) FROM purchase_order"))
 	require.Equal(t, 1, e.count(t, "SELECT COUNT(*) FROM coupon WHERE status = 'REDEEMED'"))
 }
@@ -457,9 +457,9 @@ func TestChaos_CommitLandsAfterTheClientGaveUp_CommittedOrderIsAnswered201(t *te
 	t.Logf("fenced releases that found the commit had landed: %d (1 when the re-read beat the late COMMIT)", e.releasesMissed.Load())
 
 	again := e.create(t, user, key, body)
-	require.Equal(t, first.Body, again.Body)
-	require.Equal(t, "true", again.Header.Get("Idempotent-Replayed"))
-	require.EqualValues(t, 1, e.executions.Load())
+	require.Equal(t, first.Body, again.Body, "a replay is the first answer, byte for byte")
+	require.Equal(t, "true", again.Header.Get("Idempotent-Replayed"), "a replay is marked Idempotent-Replayed: %s", again.Body)
+	require.EqualValues(t, 1, e.executions.Load(), "the key executed exactly once")
 	require.Equal(t, 1, e.count(t, "SELECT COUNT(*) FROM purchase_order"))
 }
 
@@ -664,12 +664,12 @@ func TestChaos_ClaimCancelledInLockWait_NeverExecutesAndRetrySucceedsWithinTheLe
 
 	retry, tries := e.retryUntilCreated(t, user, key, body, rolledBack.Add(lease+3*time.Second))
 	t.Logf("the retry created the order after %d tries, %v after S1's rollback", tries, time.Since(rolledBack).Round(time.Millisecond))
-	require.EqualValues(t, 1, e.executions.Load())
+	require.EqualValues(t, 1, e.executions.Load(), "the key executed exactly once")
 	require.Equal(t, 1, e.ordersFor(t, user, key))
 	require.Equal(t, e.orderNoFor(t, user, key), chaosOrderNo(t, retry))
 	again := e.create(t, user, key, body)
-	require.Equal(t, retry.Body, again.Body)
-	require.EqualValues(t, 1, e.executions.Load())
+	require.Equal(t, retry.Body, again.Body, "a replay is the first answer, byte for byte")
+	require.EqualValues(t, 1, e.executions.Load(), "the key executed exactly once")
 	require.Equal(t, 1, e.count(t, "SELECT COUNT(*) FROM purchase_order"))
 }
 

@@ -301,8 +301,8 @@ func TestChaos_CommitReplyLost_CommittedOrderIsAnswered201AndRetryReplaysIt(t *t
 
 		again := b.do(t, key, body)
 		require.Equal(t, http.StatusCreated, again.Status, again.Body)
-		require.Equal(t, first.Body, again.Body)
-		require.Equal(t, "true", again.Header.Get("Idempotent-Replayed"))
+		require.Equal(t, first.Body, again.Body, "a replay is the first answer, byte for byte")
+		require.Equal(t, "true", again.Header.Get("Idempotent-Replayed"), "a replay is marked Idempotent-Replayed: %s", again.Body)
 		require.EqualValues(t, 1, b.svc.runs.Load(), "the handler ran once")
 		require.EqualValues(t, 1, b.count(t, "SELECT COUNT(*) FROM ledger"))
 		require.EqualValues(t, 970, b.count(t, "SELECT balance FROM account WHERE id = 1"), "debited once")
@@ -345,8 +345,8 @@ func TestChaos_CommitRequestLost_Answers503WithNoOrderAndRetryCreatesItOnce(t *t
 		require.EqualValues(t, 2, b.svc.runs.Load(), "the lost attempt and the retry")
 
 		again := b.do(t, key, body)
-		require.Equal(t, retry.Body, again.Body)
-		require.Equal(t, "true", again.Header.Get("Idempotent-Replayed"))
+		require.Equal(t, retry.Body, again.Body, "a replay is the first answer, byte for byte")
+		require.Equal(t, "true", again.Header.Get("Idempotent-Replayed"), "a replay is marked Idempotent-Replayed: %s", again.Body)
 		require.EqualValues(t, 1, b.count(t, "SELECT COUNT(*) FROM ledger"))
 		require.EqualValues(t, 960, b.count(t, "SELECT balance FROM account WHERE id = 1"), "debited once")
 	})
@@ -372,8 +372,8 @@ func TestChaos_CommitLandsAfterTheClientGaveUp_CommittedOrderIsAnswered201(t *te
 
 	again := b.do(t, key, body)
 	require.Equal(t, http.StatusCreated, again.Status, again.Body)
-	require.Equal(t, first.Body, again.Body)
-	require.Equal(t, "true", again.Header.Get("Idempotent-Replayed"))
+	require.Equal(t, first.Body, again.Body, "a replay is the first answer, byte for byte")
+	require.Equal(t, "true", again.Header.Get("Idempotent-Replayed"), "a replay is marked Idempotent-Replayed: %s", again.Body)
 	require.EqualValues(t, 1, b.svc.runs.Load(), "the handler ran once")
 	require.EqualValues(t, 1, b.count(t, "SELECT COUNT(*) FROM ledger"))
 	require.EqualValues(t, 950, b.count(t, "SELECT balance FROM account WHERE id = 2"), "debited once")
@@ -407,13 +407,13 @@ func TestChaos_SinglePhase_CommitLandsAfterTheClientGaveUp_AnsweredUnknownAndThe
 
 	retry, tries := b.retryUntilCreated(t, idempotency.ModeSinglePhase, key, body, answered.Add(lease+5*time.Second))
 	t.Logf("the retry got the entry after %d tries", tries)
-	require.Equal(t, "true", retry.Header.Get("Idempotent-Replayed"))
+	require.Equal(t, "true", retry.Header.Get("Idempotent-Replayed"), "a replay is marked Idempotent-Replayed: %s", retry.Body)
 	require.Equal(t, b.entryIDFor(t, key), ledgerID(t, retry))
 	if first.Status == http.StatusCreated {
-		require.Equal(t, first.Body, retry.Body)
+		require.Equal(t, first.Body, retry.Body, "a replay is the first answer, byte for byte")
 	}
 	again := b.do(t, key, body)
-	require.Equal(t, retry.Body, again.Body)
+	require.Equal(t, retry.Body, again.Body, "a replay is the first answer, byte for byte")
 	require.EqualValues(t, 1, b.count(t, "SELECT COUNT(*) FROM ledger"))
 	require.EqualValues(t, 950, b.count(t, "SELECT balance FROM account WHERE id = 2"), "debited once")
 }
