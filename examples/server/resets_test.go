@@ -19,8 +19,8 @@ package main
 // The share is the bar (PostgreSQL completed 2 % of MariaDB's
 // actions then). It is noisy on a busy two-core machine, mostly through
 // MariaDB, whose count falls as the machine's load rises: measured with
-// this spec, 14–62 % before the pool and connector changes of package
-// postgres, 72–261 % after.
+// this spec, five runs each, 14–62 % before the pool and connector
+// changes of package postgres (below a quarter in two), 72–397 % after.
 //
 // Rerun it and print the numbers:
 //
