@@ -8,6 +8,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/orderguard/idempotency"
@@ -31,9 +32,14 @@ func OpenDB(cfg pgx.ConnConfig, opts ...stdlib.OptionOpenDB) *sql.DB {
 }
 
 // NewConnector is the connector OpenDB opens its pool on, for a caller that
-// wraps it (to retry or trace connection attempts, say) before
-// sql.OpenDB. A wrapper must return the wrapped connector's Driver, by
-// which NewStore recognises the pool.
+// wraps it (to trace connection attempts, say) before sql.OpenDB. A wrapper
+// must return the wrapped connector's Driver, by which NewStore recognises
+// the pool.
+//
+// Its connection attempts are patient where waiting helps: one the server
+// refuses for want of a slot (53300) is made again for up to SlotWait, and
+// one the network cuts before the session is ready is made again at once,
+// a few times. Every other failure returns at once.
 func NewConnector(cfg pgx.ConnConfig, opts ...stdlib.OptionOpenDB) driver.Connector {
 	return connector{stdlib.GetConnector(cfg, opts...)}
 }
@@ -43,18 +49,6 @@ func sendsFinalWithCommit(db *sql.DB) bool {
 	_, ok := db.Driver().(pipelinedDriver)
 	return ok
 }
-
-type connector struct{ driver.Connector }
-
-func (c connector) Connect(ctx context.Context) (driver.Conn, error) {
-	dc, err := c.Connector.Connect(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return &conn{Conn: dc.(*stdlib.Conn)}, nil
-}
-
-func (c connector) Driver() driver.Driver { return pipelinedDriver{c.Connector.Driver()} }
 
 // pipelinedDriver is the driver of OpenDB's databases; Open, which
 // database/sql calls only for sql.Open, wraps pgx's connections the same
@@ -108,11 +102,20 @@ func (c *conn) ExecContext(ctx context.Context, query string, args []driver.Name
 	return c.Conn.ExecContext(ctx, query, args)
 }
 
+// QueryContext reports a query that never reached the server, outside a
+// transaction, as driver.ErrBadConn, so that database/sql runs it on another
+// connection, as pgx's ExecContext does for a statement: pgx's QueryContext
+// meets a write that failed before its first byte only when it reads the
+// first row, and returns it as is.
 func (c *conn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
 	if err := c.sendFinal(ctx); err != nil {
 		return nil, err
 	}
-	return c.Conn.QueryContext(ctx, query, args)
+	rows, err := c.Conn.QueryContext(ctx, query, args)
+	if err != nil && !c.inTx && pgconn.SafeToRetry(err) {
+		return nil, driver.ErrBadConn
+	}
+	return rows, err
 }
 
 func (c *conn) PrepareContext(ctx context.Context, query string) (driver.Stmt, error) {

@@ -32,6 +32,17 @@
 // *sql.DB opened with pgx's own stdlib.OpenDB works too, one round trip
 // more per new key.
 //
+// # Connections
+//
+// PostgreSQL starts a server process per connection: Open's pool holds up
+// to MaxConns (25), so that three instances fit a default server. Its
+// connections wait up to SlotWait for a slot when the server is full
+// (53300), make an attempt the network cut again, and are never handed out
+// dead: a pooled connection the network or the server ended is found by a
+// peek at its socket when database/sql takes it. For more instances, put
+// PgBouncer in front in transaction pooling mode and add
+// default_query_exec_mode=cache_describe to the URL (see the README).
+//
 // # Isolation
 //
 // Run the pool at the server default, READ COMMITTED: the store's statements

@@ -202,11 +202,18 @@ func Migrate(ctx context.Context, db *sql.DB) error {
 // connect_timeout.
 const openTimeout = 10 * time.Second
 
-// MaxConns bounds the pool Open makes. Every executing request holds one
-// connection for its business transaction and may need a second for a
-// heartbeat or a lookup; PostgreSQL serves each connection with a process,
-// so the bound stays well below its max_connections (100 by default).
-const MaxConns = 40
+// MaxConns bounds the pool Open makes: three instances of a service fit a
+// server's default max_connections (100, of which 3 are reserved for
+// superusers) with 22 to spare, for migrations, idemctl, a monitoring
+// agent and the backends of an instance that just died, which linger until
+// they notice. PostgreSQL serves each connection with a process, and a
+// two-core server is busy with far fewer running at once: every executing
+// request holds one connection for its business transaction and may need a
+// second for a heartbeat or a lookup, and requests beyond that wait for a
+// connection in the pool (in database/sql), not in the server. For more
+// instances, put PgBouncer in front (see the README) or lower the pool with
+// SetMaxOpenConns.
+const MaxConns = 25
 
 // Open opens a pool of PostgreSQL connections through pgx's database/sql
 // driver, as OpenDB does (single-phase's record rides with the COMMIT). dsn is a pgx connection string, a URL
@@ -214,8 +221,10 @@ const MaxConns = 40
 // parameters such as search_path or default_transaction_isolation may be
 // given in it. The pool holds up to MaxConns connections and keeps them
 // open (each new PostgreSQL connection starts a server process), recycling
-// each after 30 minutes. Open connects once (waiting up to 10s), so a bad DSN or an
-// unreachable server fails here.
+// each after 30 minutes. A connection attempt the server refuses for want
+// of a slot waits up to SlotWait for one (see NewConnector). Open connects
+// once (waiting up to 10s), so a bad DSN or an unreachable server fails
+// here.
 //
 // Keep the server's default isolation, READ COMMITTED, for the pool: the
 // store's own statements are written for it. A handler that needs REPEATABLE

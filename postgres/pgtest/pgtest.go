@@ -123,8 +123,9 @@ func OpenDB(cfg pgx.ConnConfig) *sql.DB {
 // of its own and the example server's pools besides, and the backends of a
 // process a spec has just killed linger for a moment: together they can
 // touch max_connections (100 by default) for a moment, which is the test
-// machine's limit, not a behaviour under test. Every other error returns
-// at once.
+// machine's limit, not a behaviour under test. postgres.NewConnector waits
+// for a slot itself, up to postgres.SlotWait; patient waits longer, and for
+// pgx's own driver too. Every other error returns at once.
 type patient struct{ driver.Connector }
 
 // slotWait bounds how long a connection attempt waits for a server slot.

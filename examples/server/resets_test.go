@@ -1,0 +1,319 @@
+package main
+
+// Connection resets side by side (issue 22, item 6): the example server on
+// MariaDB and on PostgreSQL, each behind internal/faultproxy in reset mode
+// (every database connection cut every 150–400 ms), both at once under the
+// same closed-loop load of agents creating orders. The run prints what each
+// engine completed and refused, and asserts what must hold under any
+// timing: nothing lost (one order per key, every 201 the key's order),
+// every refusal retryable (503 or 409 with Retry-After), and PostgreSQL
+// completing at least a quarter of MariaDB's actions in the same run.
+//
+// An agent is a closed loop: it sends one request at a time, the next when
+// the last is answered. A refused key waits for its Retry-After while the
+// agent starts a new one, and is sent again once due, as an agent with many
+// independent actions does; so a refusal costs the agent a round trip, not
+// its Retry-After. Once the resets stop, every key is sent until it
+// completes, and the orders table is checked against every 201.
+//
+// The share is the issue's bar (PostgreSQL completed 2 % of MariaDB's
+// actions then). It is noisy on a busy two-core machine, mostly through
+// MariaDB, whose count falls as the machine's load rises: measured with
+// this spec, five runs each, 14–62 % before the pool and connector
+// changes of package postgres (below a quarter in two), 72–397 % after.
+//
+// Rerun it and print the numbers:
+//
+//	CI=true go test -run TestConnectionResets -v ./examples/server
+
+import (
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/stretchr/testify/require"
+
+	"github.com/orderguard/idempotency"
+	"github.com/orderguard/idempotency/internal/faultproxy"
+	"github.com/orderguard/idempotency/internal/testdb"
+	"github.com/orderguard/idempotency/postgres/pgtest"
+)
+
+const (
+	resetsLo, resetsHi = 150 * time.Millisecond, 400 * time.Millisecond
+	resetsWindow       = 6 * time.Second
+	resetsAgents       = 32 // closed-loop clients per engine
+	// resetsShare is the least share of MariaDB's completed actions that
+	// PostgreSQL must complete in the same run.
+	resetsShare = 0.25
+	// resetsSettleFor bounds settling every key once the resets stop: a
+	// claim cut mid-statement is held until its lease (crashTestLease)
+	// ends and the reconciler (every crashTestReconcile) or a retry
+	// settles it.
+	resetsSettleFor = crashTestLease + crashTestReconcile + 10*time.Second
+)
+
+// resetsKey is one action: a key an agent sends until it completes. Fields
+// after create are the agent's own during the window, settle's after it.
+type resetsKey struct {
+	create   crashCreate
+	due      time.Time // when the agent may send it again (Retry-After)
+	orderNos map[string]bool
+}
+
+// resetsEngine is one example server on one database, behind its own proxy,
+// and what its agents saw.
+type resetsEngine struct {
+	name  string
+	db    *sql.DB // direct, for the orders check
+	proxy *faultproxy.Proxy
+	srv   *crashServer
+
+	mu        sync.Mutex
+	keys      []*resetsKey
+	completed int            // 201s, first answers and replays
+	refusals  map[string]int // retryable answers, by status and problem type
+	odd       map[string]int // anything else, by what it was
+}
+
+func newResetsEngine(t *testing.T, name string, db *sql.DB, proxy *faultproxy.Proxy, dbURL string) *resetsEngine {
+	t.Helper()
+	t.Cleanup(func() { _ = proxy.Close() })
+	// The server's own defaults but for the lease and the reconcile
+	// interval, short so that claims cut mid-statement settle in seconds.
+	return &resetsEngine{
+		name: name, db: db, proxy: proxy, srv: newCrashServer(t, dbURL, "claim-first"),
+		refusals: map[string]int{}, odd: map[string]int{},
+	}
+}
+
+// resetsMariaDB is the example server on a fresh MariaDB database through a
+// proxy.
+func resetsMariaDB(t *testing.T) *resetsEngine {
+	t.Helper()
+	db, dsn := testdb.MySQL(t)
+	cfg, err := mysql.ParseDSN(dsn)
+	require.NoError(t, err)
+	proxy, err := faultproxy.Start(cfg.Addr)
+	require.NoError(t, err)
+	cfg.Addr = proxy.Addr()
+	return newResetsEngine(t, "MariaDB", db, proxy, "mysql://"+cfg.FormatDSN())
+}
+
+// resetsPostgres is the example server on a fresh PostgreSQL schema through
+// a proxy.
+func resetsPostgres(t *testing.T) *resetsEngine {
+	t.Helper()
+	db, dsn := pgtest.Postgres(t)
+	u, err := url.Parse(dsn)
+	require.NoError(t, err)
+	proxy, err := faultproxy.Start(u.Host, faultproxy.WithProtocol(faultproxy.PostgreSQL))
+	require.NoError(t, err)
+	u.Host = proxy.Addr()
+	return newResetsEngine(t, "PostgreSQL", db, proxy, u.String())
+}
+
+// retryAfter is the answer's Retry-After in seconds, if it is a retryable
+// refusal that carries one.
+func (a crashAnswer) retryAfter() (time.Duration, bool) {
+	if a.err != nil || (a.status != http.StatusServiceUnavailable && a.status != http.StatusConflict) {
+		return 0, false
+	}
+	if a.status == http.StatusConflict && a.problemKind() != idempotency.ProblemInProgress {
+		return 0, false
+	}
+	n, err := strconv.Atoi(a.header.Get("Retry-After"))
+	return time.Duration(n) * time.Second, err == nil && n >= 0
+}
+
+// record files an answer to k; it reports whether k completed.
+func (e *resetsEngine) record(k *resetsKey, a crashAnswer, during bool) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if a.err == nil && a.status == http.StatusCreated {
+		var no string
+		if o, err := orderNoOf(a); err == nil {
+			no = o
+		}
+		k.orderNos[no] = true // "" if the body carried none: caught by check
+		if during {
+			e.completed++
+		}
+		return true
+	}
+	wait, retryable := a.retryAfter()
+	switch {
+	case retryable && during:
+		e.refusals[a.String()]++
+		k.due = time.Now().Add(wait)
+	case !retryable:
+		phase := "while settling"
+		if during {
+			phase = "during the resets"
+		}
+		e.odd[fmt.Sprintf("%s: %s Retry-After=%q %.200s", phase, a, a.header.Get("Retry-After"), a.body)]++
+		k.due = time.Now().Add(100 * time.Millisecond)
+	}
+	return false
+}
+
+// agent creates orders until stop, one request at a time: a refused key
+// waits for its Retry-After while the agent starts a new one, and is sent
+// again once due. An agent is a closed loop: it sends its next request
+// when the last one is answered.
+func (e *resetsEngine) agent(n int, stop time.Time) {
+	client := &http.Client{Timeout: 10 * time.Second}
+	url := e.srv.url("/orders")
+	var waiting []*resetsKey
+	for i := 0; time.Now().Before(stop); {
+		var k *resetsKey
+		if len(waiting) > 0 && !waiting[0].due.After(time.Now()) {
+			k, waiting = waiting[0], waiting[1:]
+		} else {
+			k = &resetsKey{create: newCrashCreate(int64(1000+n), fmt.Sprintf("resets-%d-%d", n, i)), orderNos: map[string]bool{}}
+			i++
+			e.mu.Lock()
+			e.keys = append(e.keys, k)
+			e.mu.Unlock()
+		}
+		if !e.record(k, k.create.send(client, url), true) {
+			waiting = append(waiting, k)
+			slices.SortFunc(waiting, func(a, b *resetsKey) int { return a.due.Compare(b.due) })
+		}
+	}
+}
+
+// settle sends every key that has not completed until it does or deadline
+// passes.
+func (e *resetsEngine) settle(deadline time.Time) {
+	client := &http.Client{Timeout: 10 * time.Second}
+	url := e.srv.url("/orders")
+	work := make(chan *resetsKey)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for k := range work {
+				for !e.record(k, k.create.send(client, url), false) && time.Now().Before(deadline) {
+					time.Sleep(100 * time.Millisecond)
+				}
+			}
+		})
+	}
+	e.mu.Lock()
+	var open []*resetsKey
+	for _, k := range e.keys {
+		if len(k.orderNos) == 0 {
+			open = append(open, k)
+		}
+	}
+	e.mu.Unlock()
+	for _, k := range open {
+		work <- k
+	}
+	close(work)
+	wg.Wait()
+}
+
+// checkNothingLost asserts from the database that every key has exactly one
+// order and that every 201 named it.
+func (e *resetsEngine) checkNothingLost(t *testing.T) {
+	t.Helper()
+	orders, total := crashOrdersByKey(t, e.db)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var wrong []string
+	for _, k := range e.keys {
+		sk := strconv.FormatInt(k.create.user, 10) + "/" + k.create.key
+		row := orders[sk]
+		switch {
+		case len(k.orderNos) == 0:
+			wrong = append(wrong, sk+": never answered 201 (settled within "+resetsSettleFor.String()+")")
+		case row.count != 1:
+			wrong = append(wrong, fmt.Sprintf("%s: answered 201 but has %d orders", sk, row.count))
+		case len(k.orderNos) > 1 || !k.orderNos[row.orderNo]:
+			wrong = append(wrong, fmt.Sprintf("%s: answered 201 with %v, its order is %s", sk, slices.Sorted(maps.Keys(k.orderNos)), row.orderNo))
+		}
+	}
+	require.Empty(t, wrong, "%s: every key must have one order, the one its 201s named", e.name)
+	require.Equal(t, len(e.keys), total, "%s: purchase_order rows must equal the keys sent", e.name)
+}
+
+func (e *resetsEngine) summary() string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var refused []string
+	n := 0
+	for _, k := range slices.Sorted(maps.Keys(e.refusals)) {
+		refused = append(refused, fmt.Sprintf("%s ×%d", k, e.refusals[k]))
+		n += e.refusals[k]
+	}
+	st := e.proxy.ResetStats()
+	return fmt.Sprintf("%s: %d actions completed, %d refused (%s), %d keys; %d reset rounds cut %d connections",
+		e.name, e.completed, n, strings.Join(refused, ", "), len(e.keys), st.Rounds, st.Links)
+}
+
+// TestConnectionResets_PostgresCompletesAQuarterOfMariaDBsActions_NothingLostEveryRefusalRetryable
+// runs the example server on MariaDB and on PostgreSQL at once, with every
+// database connection of both cut every 150–400 ms for 6 s.
+func TestConnectionResets_PostgresCompletesAQuarterOfMariaDBsActions_NothingLostEveryRefusalRetryable(t *testing.T) {
+	engines := []*resetsEngine{resetsMariaDB(t), resetsPostgres(t)}
+	for _, e := range engines {
+		e.srv.start("")
+	}
+	for _, e := range engines {
+		require.NoError(t, e.proxy.StartResets(resetsLo, resetsHi))
+	}
+	stop := time.Now().Add(resetsWindow)
+	var wg sync.WaitGroup
+	for _, e := range engines {
+		for n := range resetsAgents {
+			wg.Go(func() { e.agent(n, stop) })
+		}
+	}
+	wg.Wait()
+	for _, e := range engines {
+		e.proxy.StopResets()
+	}
+	deadline := time.Now().Add(resetsSettleFor)
+	for _, e := range engines {
+		wg.Go(func() { e.settle(deadline) })
+	}
+	wg.Wait()
+
+	maria, pg := engines[0], engines[1]
+	for _, e := range engines {
+		t.Log(e.summary())
+	}
+	t.Logf("PostgreSQL completed %.0f %% of MariaDB's actions (%d of %d agents each, resets every %v–%v for %v)",
+		100*float64(pg.completed)/float64(max(maria.completed, 1)), resetsAgents, resetsAgents, resetsLo, resetsHi, resetsWindow)
+	for _, e := range engines {
+		require.Positive(t, e.proxy.ResetStats().Links, "%s: the resets cut connections", e.name)
+		for what, n := range e.odd {
+			t.Errorf("%s: not retryable ×%d: %s", e.name, n, what)
+		}
+		e.checkNothingLost(t)
+	}
+	require.Positive(t, maria.completed, "MariaDB completed nothing: the comparison would prove nothing")
+	require.GreaterOrEqual(t, float64(pg.completed), resetsShare*float64(maria.completed),
+		"PostgreSQL must complete at least %.0f %% of MariaDB's actions under the same resets", 100*resetsShare)
+}
+
+func orderNoOf(a crashAnswer) (string, error) {
+	var o struct {
+		OrderNo string `json:"order_no"`
+	}
+	if err := json.Unmarshal(a.body, &o); err != nil {
+		return "", err
+	}
+	return o.OrderNo, nil
+}

@@ -1,0 +1,13 @@
+package postgres
+
+import "net"
+
+// PeekState is what ResetSession's peek sees on c: "quiet", "sent", "gone"
+// or "unknown".
+func PeekState(c net.Conn) string {
+	return [...]string{peerUnknown: "unknown", peerQuiet: "quiet", peerSent: "sent", peerGone: "gone"}[peek(socket(c))]
+}
+
+// NetConn is the socket of a driver connection from OpenDB's pool (as
+// sql.Conn.Raw hands it out).
+func NetConn(driverConn any) net.Conn { return driverConn.(*conn).Conn.Conn().PgConn().Conn() }
