@@ -78,9 +78,9 @@ const (
 
 	// LateCommit cuts the client at once, then delivers the COMMIT to the
 	// server ReplyDelay later, drops its reply and closes the server side
-	// SettleDelay after that: the client gives up before the server has even
-	// begun to commit, and the commit lands while the client's side is
-	// deciding what happened.
+	// once the server has answered it (within ReplyWait): the client gives
+	// up before the server has even begun to commit, and the commit lands
+	// while the client's side is deciding what happened.
 	LateCommit
 )
 
@@ -102,10 +102,13 @@ func (f Fault) String() string {
 // before it cuts the connection, and how late LateCommit delivers it.
 const DefaultReplyDelay = 100 * time.Millisecond
 
-// SettleDelay is how long LateCommit keeps the server side open after
-// delivering the COMMIT, so that the server commits before it sees the
-// connection end.
-const SettleDelay = 100 * time.Millisecond
+// ReplyWait bounds how long ReplyLost and LateCommit keep the server side
+// open after delivering the COMMIT, waiting for the server's answer to it.
+// They close it only once the server has answered (and dropped the answer):
+// closed earlier, on a loaded machine, the connection could end before the
+// server read the COMMIT (a close with unread data is a reset, which
+// discards it), and a reply lost would become a request lost.
+const ReplyWait = 30 * time.Second
 
 // maxCandidate is the largest payload that is inspected as a possible
 // COMMIT; every larger message is streamed through without buffering.
@@ -306,6 +309,18 @@ type link struct {
 	client, server net.Conn
 	muted          atomic.Bool // drop everything the server sends
 	cutOnce        sync.Once
+
+	replied   chan struct{} // closed when the server sends after awaitReply
+	awaiting  atomic.Bool
+	replyOnce sync.Once
+}
+
+// awaitReply returns a channel closed when the server next sends anything:
+// its answer to what the caller writes next.
+func (l *link) awaitReply() <-chan struct{} {
+	l.replied = make(chan struct{})
+	l.awaiting.Store(true) // publishes l.replied to serverToClient
+	return l.replied
 }
 
 // cut closes both sides.
@@ -320,6 +335,9 @@ func (l *link) serverToClient() {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := l.server.Read(buf)
+		if n > 0 && l.awaiting.Load() {
+			l.replyOnce.Do(func() { close(l.replied) })
+		}
 		if n > 0 && !l.muted.Load() {
 			if _, werr := l.client.Write(buf[:n]); werr != nil {
 				break
@@ -373,15 +391,17 @@ func (p *Proxy) inject(l *link, fault Fault, msg []byte, query string) {
 	switch fault {
 	case ReplyLost:
 		l.muted.Store(true) // before the server can answer
-		if _, err := l.server.Write(msg); err == nil {
+		replied := l.awaitReply()
+		if _, err := l.server.Write(msg); err == nil && p.wait(replied) {
 			p.sleep(delay)
 		}
 	case LateCommit:
 		l.muted.Store(true)
 		_ = l.client.Close()
 		if p.sleep(delay) {
+			replied := l.awaitReply()
 			if _, err := l.server.Write(msg); err == nil {
-				p.sleep(SettleDelay)
+				p.wait(replied)
 			}
 		}
 	}
@@ -389,6 +409,22 @@ func (p *Proxy) inject(l *link, fault Fault, msg []byte, query string) {
 	select {
 	case p.fired <- Firing{Fault: fault, Query: query}:
 	default:
+	}
+}
+
+// wait waits, up to ReplyWait, until the server has answered (replied is
+// closed); it reports false if the proxy closes or the server does not
+// answer in time.
+func (p *Proxy) wait(replied <-chan struct{}) bool {
+	t := time.NewTimer(ReplyWait)
+	defer t.Stop()
+	select {
+	case <-replied:
+		return true
+	case <-t.C:
+		return false
+	case <-p.closed:
+		return false
 	}
 }
 
