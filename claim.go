@@ -29,7 +29,17 @@ func (a *attempt) claim() (claimed bool, rec *Record, err error) {
 		end(StageEnd{Outcome: OutcomeClaimed, Record: StatusProcessing})
 		return true, nil, nil
 	}
-	for range maxClaimRounds {
+	for round := range maxClaimRounds {
+		if round > 0 {
+			// A fresh owner for every round: an INSERT of an earlier round
+			// may have landed (its reply lost) and its record vanished
+			// since; a new record with that owner would also carry its
+			// version (every claim starts at 1), so a statement fenced by
+			// the old record's lease, such as a stale reconciler's
+			// release, could delete the new, live claim (found by the
+			// model: model/README.md, S5).
+			c.Owner = a.m.newOwner()
+		}
 		lease, claimErr := a.m.store.Claim(ctx, c)
 		if claimErr == nil {
 			return got(lease)

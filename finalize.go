@@ -133,9 +133,16 @@ func (a *attempt) storeRejection(ctx context.Context, header map[string][]string
 	case err != nil:
 		// The rejection is the true answer and nothing was written, so the
 		// client still gets it; the key is released so that a retry decides
-		// again rather than waiting out the lease.
-		_ = a.m.store.Release(ctx, a.lease)
+		// again rather than waiting out the lease. A release that matches
+		// nothing says otherwise: our Finish landed after all (its reply was
+		// lost), or the handler outlived the lease and a duplicate took the
+		// key over and may have committed the order. The record says which
+		// (found by the model: model/README.md, S3).
 		a.note(Event{Outcome: OutcomeStoreError, Err: err})
+		if rerr := a.m.store.Release(ctx, a.lease); errors.Is(rerr, ErrLeaseLost) {
+			a.answerCurrentOwner(ctx, fmt.Errorf("idempotency: store rejection: %w; release: %w", err, rerr))
+			return
+		}
 		a.m.log(slog.LevelError, "could not store a rejection; key released", a.keyHash, "err", err)
 	default:
 		a.m.cacheOwn(a.scope, a.key, a.fingerprint, StatusFailed, snap, started)

@@ -126,9 +126,10 @@ claimLoop:
 	:: rounds == MAXROUNDS -> goto retry            /* errKeyChurn: 503 */
 	:: else -> rounds++
 	fi;
-#ifdef PATCH_FRESH_OWNER
-	/* proposed: a fresh owner for every Claim after the first, so that no
-	 * two records of the key ever carry the same owner and version */
+#ifndef MUTANT_REUSED_OWNER
+	/* a fresh owner for every Claim after the first (claim.go), so that no
+	 * two records of the key ever carry the same owner and version; found
+	 * by this model (S5) */
 	if
 	:: rounds > 1 -> atomic { cur[c] = 0; allocOwner() }
 	:: else
@@ -278,9 +279,10 @@ storeRejection:
 	:: res == ERR ->
 		/* not stored: the key is released and the rejection answered */
 		releaseStmt(me, lver);
-#ifdef PATCH_REJECTION
-		/* proposed: a release that matched nothing means another attempt
-		 * owns the key (or our Finish landed): answer from the record */
+#ifndef MUTANT_REJECTION_AFTER_LOST_LEASE
+		/* a release that matched nothing means another attempt owns the
+		 * key (or our Finish landed): answer from the record
+		 * (storeRejection, finalize.go); found by this model (S3) */
 		if
 		:: res == LOST -> goto answerCurrentOwner
 		:: else

@@ -2,7 +2,7 @@
  * idempotency.pml: a SPIN model of the idempotency protocol of
  * github.com/orderguard/idempotency, both modes, one key.
  *
- *   spin -a -DPATCH_REJECTION -DPATCH_FRESH_OWNER [-DSINGLEPHASE] [-DSHARED] \
+ *   spin -a [-DSINGLEPHASE] [-DSHARED] \
  *       [-DNCLI=2] [-DFT=2] [-DMUTANT_...] idempotency.pml
  *   gcc -O0 -DSAFETY -DNOCLAIM -o pan pan.c && ./pan -m100000 -w24   (safety)
  *   gcc -O0 -DNFAIR=3 -o pan pan.c && ./pan -a -f -m100000           (liveness)
