@@ -150,7 +150,7 @@ func (c *Consumer) session(ctx context.Context) error {
 	s := &session{c: c, pub: pub, held: map[*time.Timer]amqp.Delivery{}}
 	stop := context.AfterFunc(ctx, func() { _ = sub.Cancel(tag, false) })
 	defer stop()
-	in := make(chan queue.Delivery)
+	in := make(chan queue.Delivery, c.cfg.Workers*c.cfg.BatchSize) // what a batch takes waits here
 	go func() {
 		defer close(in)
 		for d := range deliveries {

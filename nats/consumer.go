@@ -79,7 +79,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 	stop := context.AfterFunc(ctx, it.Stop)
 	defer stop()
-	in := make(chan queue.Delivery)
+	in := make(chan queue.Delivery, c.cfg.Workers*c.cfg.BatchSize) // what a batch takes waits here
 	ended := make(chan error, 1)
 	go func() {
 		defer close(in)
