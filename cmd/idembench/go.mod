@@ -7,8 +7,11 @@ require (
 	github.com/gofiber/fiber/v3 v3.1.0
 	github.com/gofiber/storage/redis/v3 v3.4.3
 	github.com/jackc/pgx/v5 v5.12.0
+	github.com/nats-io/nats.go v1.55.0
 	github.com/orderguard/idempotency v0.0.0
+	github.com/orderguard/idempotency/examples/orderconsumer v0.0.0
 	github.com/orderguard/idempotency/redis v0.0.0
+	github.com/rabbitmq/amqp091-go v1.16.0
 	github.com/redis/go-redis/v9 v9.23.0
 	gonum.org/v1/plot v0.17.0
 )
@@ -17,6 +20,10 @@ require (
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
+	github.com/nats-io/nkeys v0.4.16 // indirect
+	github.com/nats-io/nuid v1.0.1 // indirect
+	github.com/orderguard/idempotency/amqp v0.0.0 // indirect
+	github.com/orderguard/idempotency/nats v0.0.0 // indirect
 	golang.org/x/sync v0.24.0 // indirect
 )
 
@@ -34,7 +41,7 @@ require (
 	github.com/gofiber/utils/v2 v2.0.2 // indirect
 	github.com/golang/freetype v0.0.0-20170609003504-e2365dfdc4a0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
-	github.com/klauspost/compress v1.18.4 // indirect
+	github.com/klauspost/compress v1.20.0 // indirect
 	github.com/mattn/go-colorable v0.1.14 // indirect
 	github.com/mattn/go-isatty v0.0.24 // indirect
 	github.com/ncruces/go-strftime v1.1.0 // indirect
@@ -46,9 +53,9 @@ require (
 	github.com/valyala/bytebufferpool v1.0.0 // indirect
 	github.com/valyala/fasthttp v1.69.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
-	golang.org/x/crypto v0.48.0 // indirect
+	golang.org/x/crypto v0.57.0 // indirect
 	golang.org/x/image v0.30.0 // indirect
-	golang.org/x/net v0.50.0 // indirect
+	golang.org/x/net v0.58.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
 	modernc.org/libc v1.80.1 // indirect
@@ -64,3 +71,11 @@ replace github.com/orderguard/idempotency/sqlite => ../../sqlite
 replace github.com/orderguard/idempotency/redis => ../../redis
 
 replace github.com/orderguard/idempotency/postgres => ../../postgres
+
+replace github.com/orderguard/idempotency/nats => ../../nats
+
+replace github.com/orderguard/idempotency/amqp => ../../amqp
+
+replace github.com/orderguard/idempotency/examples/orderconsumer => ../../examples/orderconsumer
+
+replace github.com/orderguard/idempotency/examples/internal/dburl => ../../examples/internal/dburl
