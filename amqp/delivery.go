@@ -42,6 +42,8 @@ func (s *session) delivery(d amqp.Delivery) *delivery {
 	return out
 }
 
+var _ queue.Delivery = (*delivery)(nil)
+
 // delivery is one AMQP delivery as a queue.Delivery.
 type delivery struct {
 	s  *session

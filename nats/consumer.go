@@ -126,6 +126,8 @@ func (c *Consumer) delivery(msg jetstream.Msg) *delivery {
 	return d
 }
 
+var _ queue.Delivery = (*delivery)(nil)
+
 // delivery is one JetStream message as a queue.Delivery.
 type delivery struct {
 	c      *Consumer

@@ -27,6 +27,7 @@ const (
 	DeadLetter
 )
 
+// String names the decision as the logs do: ack, nak, dead-letter.
 func (d Decision) String() string {
 	switch d {
 	case Ack:

@@ -91,7 +91,11 @@ func (r *runner) runQueue(ctx context.Context, f *family) error {
 		}
 		var seq []*Point
 		last := ""
-		for range r.opts.slices {
+		slices := r.opts.slices
+		if r.opts.quick {
+			slices = 1 // a report of the quick run, about 15 s
+		}
+		for range slices {
 			for _, v := range variants {
 				for _, w := range []queueVariant{base, v} {
 					if w.label(b.kind) == last {

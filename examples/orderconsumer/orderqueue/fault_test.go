@@ -378,6 +378,9 @@ func TestFault_AChangedPayloadUnderAUsedID_IsDeadLetteredWithTheReason(t *testin
 			require.Equal(t, 409, reply.Status, "%s", reply.Body)
 			require.Contains(t, string(reply.Body), idempotency.ProblemKeyReused)
 			require.Equal(t, map[string]int{"used": 1}, r.ordersByKey(t), "the changed payload was never processed")
+			// The reply goes out before the dead letter is stored: wait for it.
+			require.Eventually(t, func() bool { return r.settled.count(queue.DeadLetter) == 1 }, 30*time.Second,
+				5*time.Millisecond, "the changed payload was dead-lettered")
 			h := deadLetter(t, r)
 			require.Equal(t, idempotency.ProblemKeyReused, h[queue.ReasonHeader])
 			require.Equal(t, "409", h[queue.DeadStatusHeader])

@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -72,7 +73,9 @@ func TestOneAction_OverHTTPAndAQueue_OnOneDatabase(t *testing.T) {
 				require.Equal(t, http.StatusConflict, conflict.Status, "%s", conflict)
 
 				require.Equal(t, map[string]int{"over-http": 1, "over-queue": 1}, r.ordersByKey(t))
-				require.Equal(t, 1, r.settled.count(queue.DeadLetter), "the conflicting message was dead-lettered")
+				// The reply goes out before the dead letter is stored: wait for it.
+				require.Eventually(t, func() bool { return r.settled.count(queue.DeadLetter) == 1 }, 30*time.Second,
+					5*time.Millisecond, "the conflicting message was dead-lettered")
 				t.Logf("order over HTTP %s replayed to the queue; order over the queue %s replayed over HTTP (scope %s)",
 					first.OrderNo, queued.OrderNo, strconv.Itoa(7))
 			})
