@@ -2,6 +2,8 @@ package queue_test
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"testing"
@@ -56,16 +58,26 @@ func TestAFailingMessage_SendsItsBatchOneByOne_TheOthersAcked(t *testing.T) {
 func TestUnprotected_RunsARedeliveryAgain(t *testing.T) {
 	t.Parallel()
 	db := setup(t, idempotency.Config{}, nil).db
-	b := build(t, db, nil, func(c *queue.Config) { c.Middleware, c.Unprotected = nil, db })
+	b := build(t, db, nil, func(c *queue.Config) {
+		c.Middleware, c.Unprotected = nil, db
+		c.Validate = func(m *queue.Message) error {
+			if !json.Valid(m.Body) {
+				return errors.New("not JSON")
+			}
+			return nil
+		}
+	})
 	d := b.process(msg("k1", order, 1))[0]
 	require.Equal(t, []string{"ack"}, d.settled())
 	again := b.process(d.redeliver())[0]
 	require.Equal(t, []string{"nak 250ms"}, again.settled(), "the duplicate's insert failed: 503")
 	require.Equal(t, 2, b.runCount("k1"), "it ran again")
-	batch := b.process(msg("k2", order, 1), msg("k3", order, 1))
-	for _, d := range batch {
-		require.Equal(t, []string{"ack"}, d.settled())
-	}
+	batch := b.process(msg("k2", order, 1), msg("k3", order, 1), msg("k4", `{"sku_id":`, 1))
+	require.Equal(t, []string{"ack"}, batch[0].settled())
+	require.Equal(t, []string{"ack"}, batch[1].settled())
+	require.Equal(t, []string{"dead-letter " + idempotency.ProblemInvalidBody}, batch[2].settled(),
+		"the application's checks hold without the protocol")
+	require.Zero(t, b.runCount("k4"))
 }
 
 // Run takes what waits in the channel, up to BatchSize at a time, and

@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"net/http"
 
@@ -15,19 +16,50 @@ import (
 // one of its runs does not answer a 2xx, is rolled back and done one by
 // one, as a protected batch is.
 func (p *Processor) processUnprotected(ctx context.Context, ds []Delivery) {
+	// The application's own checks hold without the protocol too: a
+	// refused message is dead-lettered, never run.
+	var run []Delivery
+	for _, d := range ds {
+		if pr := p.refuse(d.Message()); pr != nil {
+			p.settle(ctx, d, p.decide(d.Message(), idempotency.Answer{Problem: pr}))
+			continue
+		}
+		run = append(run, d)
+	}
 	answers, ok := []idempotency.Answer(nil), false
-	if len(ds) > 1 {
-		answers, ok = p.unprotectedBatch(ctx, ds)
+	if len(run) > 1 {
+		answers, ok = p.unprotectedBatch(ctx, run)
 	}
 	if !ok {
-		answers = make([]idempotency.Answer, len(ds))
-		for i, d := range ds {
+		answers = make([]idempotency.Answer, len(run))
+		for i, d := range run {
 			answers[i] = p.unprotectedOne(ctx, d)
 		}
 	}
-	for i, d := range ds {
+	for i, d := range run {
 		p.settle(ctx, d, p.decide(d.Message(), answers[i]))
 	}
+}
+
+// refuse is the body limit and Validate without the protocol: the
+// problem that refuses m, or nil.
+func (p *Processor) refuse(m *Message) *idempotency.Problem {
+	var err error
+	switch {
+	case int64(len(m.Body)) > p.maxBody:
+		return idempotency.NewProblem(http.StatusRequestEntityTooLarge, idempotency.ProblemBodyTooLarge,
+			"Request body too large", fmt.Sprintf("a %d-byte message, limit %d", len(m.Body), p.maxBody))
+	case p.cfg.Validate != nil:
+		err = p.cfg.Validate(m)
+	}
+	if err == nil {
+		return nil
+	}
+	var pr *idempotency.Problem
+	if errors.As(err, &pr) {
+		return pr
+	}
+	return idempotency.NewProblem(http.StatusBadRequest, idempotency.ProblemInvalidBody, "Invalid request body", err.Error())
 }
 
 func (p *Processor) unprotectedOne(ctx context.Context, d Delivery) idempotency.Answer {
