@@ -170,8 +170,8 @@ func topologyFlags(fs *flag.FlagSet) func() orderqueue.Topology {
 	stream := fs.String("stream", def.Stream, "JetStream stream (dead letters: STREAM_DEAD_LETTER)")
 	subject := fs.String("subject", def.Subject, "JetStream subject (dead letters: SUBJECT.dead-letter)")
 	durable := fs.String("durable", def.Durable, "JetStream durable consumer")
-	queue := fs.String("queue", def.Queue, "RabbitMQ queue (dead letters: QUEUE.dead-letter)")
-	return func() orderqueue.Topology { return orderqueue.NamedTopology(*stream, *subject, *durable, *queue) }
+	queueName := fs.String("queue", def.Queue, "RabbitMQ queue (dead letters: QUEUE.dead-letter)")
+	return func() orderqueue.Topology { return orderqueue.NamedTopology(*stream, *subject, *durable, *queueName) }
 }
 
 func answerStatus(a idempotency.Answer) int {
