@@ -114,22 +114,28 @@ func (h *handlerResult) err(limit int) error {
 // gateway timed out has usually gone away, and the order it asked for should
 // still commit so that its retry replays it. The handler's context ends a
 // tenth before the lease does (ExtendLease moves that); the transaction's
-// lives until finalize has committed or rolled it back. A panic becomes a
-// value, so that the transaction is rolled back.
+// lives until finalize has committed or rolled it back.
 func (a *attempt) runHandler() (*handlerResult, error) {
-	base := context.WithoutCancel(a.ctx)
-	txCtx, stopTx := context.WithCancel(base)
-	handlerCtx, stopHandler := context.WithCancel(base)
+	txCtx, stopTx := context.WithCancel(context.WithoutCancel(a.ctx))
+	return a.runIn(func() (*sql.Tx, error) { return a.m.store.BeginTx(txCtx) }, stopTx, handlerBudget(a.m.cfg.Lease))
+}
+
+// runIn runs the action once in the transaction begin returns: its own,
+// or a batch's (batch.go). The handler's context ends after budget;
+// stopTx ends the transaction's context, with the result's stop. A panic
+// becomes a value, so that the transaction is rolled back.
+func (a *attempt) runIn(begin func() (*sql.Tx, error), stopTx func(), budget time.Duration) (*handlerResult, error) {
+	handlerCtx, stopHandler := context.WithCancel(context.WithoutCancel(a.ctx))
 	exec := &execution{
 		store: a.m.store, lease: a.lease, key: a.key, scope: a.scope, leaseD: a.m.cfg.Lease,
 		singlePhase: a.mode == ModeSinglePhase,
-		deadline:    time.AfterFunc(handlerBudget(a.m.cfg.Lease), stopHandler),
+		deadline:    time.AfterFunc(budget, stopHandler),
 	}
 	res := &handlerResult{exec: exec, stop: func() { exec.deadline.Stop(); stopHandler(); stopTx() }}
 
 	handlerCtx, endStage := a.m.startStage(handlerCtx, StageExecute)
 	end := func(e StageEnd) { e.KeyHash = a.keyHash; endStage(e) }
-	tx, err := a.m.store.BeginTx(txCtx)
+	tx, err := begin()
 	if err != nil {
 		res.stop()
 		end(StageEnd{Outcome: OutcomeStoreError, Err: err})

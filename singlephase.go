@@ -26,6 +26,13 @@ func (a *attempt) serveSinglePhase() {
 	if (read || a.sharedBlind) && a.answerFromRecord() {
 		return
 	}
+	a.runSinglePhase()
+}
+
+// runSinglePhase is serveSinglePhase's executions, once the record was not
+// read or said nothing: a batch's actions that fall back to one by one
+// (batch.go) start here.
+func (a *attempt) runSinglePhase() {
 	for run := 1; a.executeSinglePhase(run < maxSinglePhaseRuns); run++ {
 		// The database rolled the run back and no winner holds the key.
 	}

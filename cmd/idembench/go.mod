@@ -7,10 +7,13 @@ require (
 	github.com/gofiber/fiber/v3 v3.1.0
 	github.com/gofiber/storage/redis/v3 v3.4.3
 	github.com/jackc/pgx/v5 v5.12.0
+	github.com/nats-io/nats.go v1.55.0
 	github.com/orderguard/idempotency v0.0.0
 	github.com/orderguard/idempotency/examples/grpcserver v0.0.0
+	github.com/orderguard/idempotency/examples/orderconsumer v0.0.0
 	github.com/orderguard/idempotency/grpc v0.0.0
 	github.com/orderguard/idempotency/redis v0.0.0
+	github.com/rabbitmq/amqp091-go v1.16.0
 	github.com/redis/go-redis/v9 v9.23.0
 	gonum.org/v1/plot v0.17.0
 	google.golang.org/grpc v1.85.0
@@ -21,6 +24,10 @@ require (
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
+	github.com/nats-io/nkeys v0.4.16 // indirect
+	github.com/nats-io/nuid v1.0.1 // indirect
+	github.com/orderguard/idempotency/amqp v0.0.0 // indirect
+	github.com/orderguard/idempotency/nats v0.0.0 // indirect
 	golang.org/x/sync v0.24.0 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
 )
@@ -39,7 +46,7 @@ require (
 	github.com/gofiber/utils/v2 v2.0.2 // indirect
 	github.com/golang/freetype v0.0.0-20170609003504-e2365dfdc4a0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
-	github.com/klauspost/compress v1.18.4 // indirect
+	github.com/klauspost/compress v1.20.0 // indirect
 	github.com/mattn/go-colorable v0.1.14 // indirect
 	github.com/mattn/go-isatty v0.0.24 // indirect
 	github.com/ncruces/go-strftime v1.1.0 // indirect
@@ -73,5 +80,11 @@ replace github.com/orderguard/idempotency/postgres => ../../postgres
 replace github.com/orderguard/idempotency/grpc => ../../grpc
 
 replace github.com/orderguard/idempotency/examples/grpcserver => ../../examples/grpcserver
+
+replace github.com/orderguard/idempotency/nats => ../../nats
+
+replace github.com/orderguard/idempotency/amqp => ../../amqp
+
+replace github.com/orderguard/idempotency/examples/orderconsumer => ../../examples/orderconsumer
 
 replace github.com/orderguard/idempotency/examples/internal/dburl => ../../examples/internal/dburl

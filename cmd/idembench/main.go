@@ -19,6 +19,9 @@
 //	galera (only with -galera-dsns) B1/B2 over B0 with two instances on two
 //	    nodes of a Galera cluster vs one instance on one node, and the cost
 //	    of the wsrep_sync_wait=1 prefix on Lookup (cluster.go)
+//	queue the create consumed from NATS JetStream and RabbitMQ: messages/s
+//	    protected against unprotected, one by one and batched, and a
+//	    redelivery storm (queue.go)
 //
 // plus allocations per request from the root package's Go benchmarks.
 //
@@ -54,40 +57,46 @@ import (
 )
 
 type options struct {
-	mysql        string
-	redis        string
-	duration     time.Duration
-	warmup       time.Duration
-	quick        bool
-	out          string
-	sqlite       bool
-	fiber        bool
-	fleet        bool
-	grpc         bool
-	floor        bool
-	b4           bool
-	ceiling      bool
-	gobench      bool
-	benchtime    string
-	concurrency  []int
-	modes        []idempotency.Mode
-	b4Levels     []int64
-	b4Conc       int
-	b3Reps       int
-	b3Conc       int
-	poolSize     int
-	slices       int
-	settleMax    time.Duration
-	maxErrorRate float64
-	profileDir   string
-	mariadb      bool
-	postgres     string
-	merge        bool
-	galeraDSNs   string
-	clusterConc  int
-	lookupN      int
-	fromJSON     string
-	args         []string
+	mysql         string
+	redis         string
+	duration      time.Duration
+	warmup        time.Duration
+	quick         bool
+	out           string
+	sqlite        bool
+	fiber         bool
+	fleet         bool
+	grpc          bool
+	floor         bool
+	b4            bool
+	ceiling       bool
+	gobench       bool
+	benchtime     string
+	concurrency   []int
+	modes         []idempotency.Mode
+	b4Levels      []int64
+	b4Conc        int
+	b3Reps        int
+	b3Conc        int
+	poolSize      int
+	slices        int
+	settleMax     time.Duration
+	maxErrorRate  float64
+	profileDir    string
+	mariadb       bool
+	postgres      string
+	merge         bool
+	galeraDSNs    string
+	clusterConc   int
+	lookupN       int
+	fromJSON      string
+	queue         bool
+	natsURL       string
+	amqpURL       string
+	queueMessages int
+	queueWorkers  int
+	queueBatch    int
+	args          []string
 }
 
 func parseOptions(args []string) (options, error) {
@@ -126,6 +135,12 @@ func parseOptions(args []string) (options, error) {
 	fs.IntVar(&o.lookupN, "cluster-lookups", 2000, "sequential Lookups per store in the cluster family's sync-wait micro-measure")
 	fs.StringVar(&o.fromJSON, "from-json", "", "measure nothing: re-render benchmarks.md and benchmarks.png in -out from this benchmarks.json; with -merge, merge that run (written by an earlier run's -out) into -out's report, as if it had run with -merge")
 	fs.Float64Var(&o.maxErrorRate, "max-error-rate", 0.01, "share of failed answers above which a point fails the run")
+	fs.BoolVar(&o.queue, "queue", true, "include the queue family: the create consumed from NATS JetStream (-nats) and RabbitMQ (-amqp) over MariaDB, messages/s protected against unprotected, one by one and batched, and a redelivery storm (queue.go)")
+	fs.StringVar(&o.natsURL, "nats", "nats://127.0.0.1:4222", "NATS server with JetStream for the queue family; skipped with a note if unreachable, off when empty")
+	fs.StringVar(&o.amqpURL, "amqp", "amqp://guest:guest@127.0.0.1:5672/", "RabbitMQ URL for the queue family; skipped with a note if unreachable, off when empty")
+	fs.IntVar(&o.queueMessages, "queue-messages", 0, "messages per queue run (default 2000, -quick 300)")
+	fs.IntVar(&o.queueWorkers, "queue-workers", 4, "the queue consumer's workers (queue.Config.Workers)")
+	fs.IntVar(&o.queueBatch, "queue-batch", 32, "the batched queue variants' batch size (queue.Config.BatchSize)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -164,6 +179,9 @@ func parseOptions(args []string) (options, error) {
 	}
 	if o.benchtime == "" && o.quick {
 		o.benchtime = "100ms"
+	}
+	if o.queueMessages == 0 {
+		o.queueMessages, _ = strconv.Atoi(pick("2000", "300"))
 	}
 	if o.b3Reps == 0 {
 		o.b3Reps, _ = strconv.Atoi(pick("20", "5"))
@@ -308,6 +326,9 @@ func run(args []string) int {
 	if opts.fiber {
 		onFamily("fiber", maria("fiber"), func(f *family) error { return r.runFiber(ctx, f) })
 	}
+	if opts.queue {
+		onFamily("queue", maria("queue"), func(f *family) error { return r.runQueue(ctx, f) })
+	}
 	if opts.galeraDSNs != "" {
 		step("galera", func() error { return r.runCluster(ctx) })
 	}
@@ -366,6 +387,7 @@ func (o options) summary() map[string]any {
 		"b3_requests": o.b3Conc, "b3_repetitions": o.b3Reps, "replay_pool": o.poolSize,
 		"sqlite": o.sqlite, "fiber": o.fiber, "fleet": o.fleet, "grpc": o.grpc, "floor": o.floor, "ceiling": o.ceiling, "b4": o.b4, "gobench": o.gobench, "benchtime": o.benchtime,
 		"mariadb": o.mariadb, "postgres": o.postgres != "", "galera": o.galeraDSNs != "", "cluster_concurrency": o.clusterConc, "cluster_lookups": o.lookupN,
+		"queue": o.queue, "queue_messages": o.queueMessages, "queue_workers": o.queueWorkers, "queue_batch": o.queueBatch,
 	}
 }
 

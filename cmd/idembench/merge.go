@@ -43,7 +43,7 @@ type Appendix struct {
 }
 
 // partOrder is the order of the parts in a full run (the steps of run).
-var partOrder = []string{"go benchmarks", "harness ceiling", "mariadb", "postgres", "sqlite", "fleet", "b4", "fiber", "galera"}
+var partOrder = []string{"go benchmarks", "harness ceiling", "mariadb", "postgres", "sqlite", "fleet", "b4", "fiber", "queue", "galera"}
 
 // handPart maps the key of a hand-written section's heading (sectionKey) to
 // the part whose generated section it stands for.

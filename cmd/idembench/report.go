@@ -389,6 +389,7 @@ func (rep *Report) markdown() string {
 	rep.clusterMarkdown(&b)
 	rep.fleetMarkdown(&b)
 	rep.floorMarkdown(&b)
+	rep.queueMarkdown(&b)
 	rep.appendixMarkdown(&b)
 
 	if len(rep.GoBench) > 0 {

@@ -124,6 +124,11 @@ const (
 
 	// PostgreSQL is the PostgreSQL frontend/backend protocol, version 3.
 	PostgreSQL
+
+	// Opaque is any other protocol (a message broker's): its bytes are
+	// forwarded unparsed, so no COMMIT fault ever fires; the proxy cuts
+	// and resets its connections only (Reset, StartResets, Close).
+	Opaque
 )
 
 func (p Protocol) String() string {
@@ -132,6 +137,8 @@ func (p Protocol) String() string {
 		return "mysql"
 	case PostgreSQL:
 		return "postgresql"
+	case Opaque:
+		return "opaque"
 	}
 	return "protocol(?)"
 }
@@ -144,9 +151,17 @@ func (p Protocol) newFramer() framer {
 		return &mysqlFramer{}
 	case PostgreSQL:
 		return &pgFramer{}
+	case Opaque:
+		return opaqueFramer{}
 	}
 	return nil
 }
+
+// opaqueFramer forwards every byte at once and never finds a COMMIT.
+type opaqueFramer struct{}
+
+func (opaqueFramer) feed(b []byte) (out, commit []byte) { return b, nil }
+func (opaqueFramer) statement([]byte) string            { return "" }
 
 // framer splits one connection's client→server byte stream into the
 // messages of a protocol and holds back a COMMIT.
@@ -214,7 +229,7 @@ func Start(target string, opts ...Option) (*Proxy, error) {
 		o(p)
 	}
 	if p.protocol.newFramer() == nil {
-		return nil, errors.New("faultproxy: unknown protocol; use MySQL or PostgreSQL")
+		return nil, errors.New("faultproxy: unknown protocol; use MySQL, PostgreSQL or Opaque")
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

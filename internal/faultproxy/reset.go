@@ -102,6 +102,16 @@ func resetInterval(lo, hi time.Duration, n func(time.Duration) time.Duration) ti
 	return lo + n(hi-lo+1)
 }
 
+// Reset resets every open proxied connection now, on both sides, as one
+// round of the reset mode does, and returns how many it ended. The
+// listener keeps accepting: a peer that dials again is proxied anew.
+func (p *Proxy) Reset() int {
+	n := p.resetAll()
+	p.resets.rounds.Add(1)
+	p.resets.links.Add(int64(n))
+	return n
+}
+
 // resetAll resets every open link and returns how many it ended.
 func (p *Proxy) resetAll() int {
 	p.mu.Lock()

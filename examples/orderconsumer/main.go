@@ -1,0 +1,182 @@
+// Command orderconsumer consumes the example order service's creates from a
+// queue, each message exactly one order under at-least-once delivery, on
+// the same orderservice and databases as examples/server:
+//
+//	go run ./examples/orderconsumer -broker nats://127.0.0.1:4222 -db 'mysql://root@tcp(127.0.0.1:3306)/test'
+//	go run ./examples/orderconsumer -broker amqp://guest:guest@127.0.0.1:5672/ -db 'postgres://postgres@127.0.0.1:5432/test?sslmode=disable'
+//
+// It consumes JSON bodies identical to POST /orders from subject
+// orders.create (JetStream stream ORDERS, created if missing; durable
+// consumer orderconsumer) or queue orders.create (RabbitMQ, declared
+// durable, a quorum queue, if missing), with the user in header X-User-ID
+// and the key in Idempotency-Key (falling back to the message id:
+// Nats-Msg-Id, message_id). A message that asks for a reply (the Reply-To
+// header on NATS, reply_to on AMQP) gets the JSON of the HTTP answer with
+// a Status header (and Idempotent-Replayed: true on a replay). A message
+// that can never be done goes to orders.create.dead-letter (a stream
+// ORDERS_DEAD_LETTER, or a queue) with the reason in its headers.
+//
+// Publish with the same program (it waits for the reply with -reply):
+//
+//	go run ./examples/orderconsumer publish -broker nats://127.0.0.1:4222 \
+//	  -user 7 -key queue-demo-1 -reply '{"user_id":7,"sku_id":20001,"quantity":1}'
+//
+// or, for RabbitMQ, with Debian's amqp-tools:
+//
+//	amqp-publish -u amqp://guest:guest@127.0.0.1:5672/ -r orders.create -p -C application/json \
+//	  -H 'X-User-ID: 7' -H 'Idempotency-Key: queue-demo-2' -b '{"user_id":7,"sku_id":20001,"quantity":1}'
+//
+// Flags of the consumer:
+//
+//	-broker URL            nats://HOST:PORT or amqp://USER:PASS@HOST:PORT/ (default nats://127.0.0.1:4222)
+//	-db URL                sqlite://PATH, mysql://DSN or postgres://… (default sqlite://orders.db)
+//	-mode M                claim-first (default) or single-phase
+//	-batch N               messages committed in one transaction at most (default 1)
+//	-workers N             messages (or batches) done at once (default 4)
+//	-max-deliveries N      dead-letter a message whose handler failed on its Nth delivery (default 5)
+//	-retry-delay D         delay of a message whose key is in progress or whose database failed (default 1s)
+//	-ack-wait D            JetStream: how long a delivery stays unacked before it is delivered again (default 30s)
+//	-lease D               how long a PROCESSING claim is held (default 30s)
+//	-retention D           how long a finished key is remembered (default 24h)
+//	-in-flight-wait D      how long a duplicate waits for the original (default 0)
+//	-reconcile-interval D  how often abandoned claims are settled (default 5s; 0 = off)
+//	-purge-interval D      how often expired records are deleted (default 1m; 0 = off)
+//	-handler-delay D       artificial delay inside the create transaction (default 0)
+//	-log-level L           debug (one line per message), info (default), warn
+//	-stream, -subject, -durable, -queue NAME
+//	                       other names than ORDERS, orders.create, orderconsumer, orders.create
+//
+// The HTTP example server, the gRPC server and this consumer may share a
+// database: a key used over one transport is the same action over the
+// others.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/orderguard/idempotency"
+	"github.com/orderguard/idempotency/examples/internal/dburl"
+	"github.com/orderguard/idempotency/examples/orderconsumer/orderqueue"
+	"github.com/orderguard/idempotency/examples/orderservice"
+	"github.com/orderguard/idempotency/queue"
+)
+
+func main() {
+	run := consume
+	args := os.Args[1:]
+	if len(args) > 0 && args[0] == "publish" {
+		run, args = publish, args[1:]
+	}
+	if err := run(args); err != nil {
+		fmt.Fprintln(os.Stderr, "orderconsumer:", err)
+		os.Exit(1)
+	}
+}
+
+func consume(args []string) error {
+	fs := flag.NewFlagSet("orderconsumer", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: orderconsumer [flags]\n       orderconsumer publish [flags] BODY\n\nConsumes POST /orders bodies from a queue, each message exactly one order.")
+		fs.PrintDefaults()
+	}
+	broker := fs.String("broker", "nats://127.0.0.1:4222", "broker: nats://HOST:PORT or amqp://USER:PASS@HOST:PORT/")
+	dbURL := fs.String("db", "sqlite://orders.db", dburl.Usage)
+	modeName := fs.String("mode", "claim-first", "recording mode: claim-first or single-phase")
+	batch := fs.Int("batch", 1, "messages committed in one transaction at most")
+	workers := fs.Int("workers", 4, "messages (or batches) done at once")
+	maxDeliveries := fs.Int("max-deliveries", 5, "dead-letter a message whose handler failed on its Nth delivery")
+	retryDelay := fs.Duration("retry-delay", time.Second, "delay of a message whose key is in progress or whose database failed")
+	ackWait := fs.Duration("ack-wait", 30*time.Second, "JetStream: how long a delivery stays unacked before it is delivered again")
+	lease := fs.Duration("lease", 30*time.Second, "how long a PROCESSING claim is held")
+	retention := fs.Duration("retention", 24*time.Hour, "how long a finished key is remembered")
+	inFlightWait := fs.Duration("in-flight-wait", 0, "how long a duplicate waits for the original to finish")
+	reconcile := fs.Duration("reconcile-interval", 5*time.Second, "how often abandoned claims are settled (0 = off)")
+	purge := fs.Duration("purge-interval", time.Minute, "how often expired records are deleted (0 = off)")
+	handlerDelay := fs.Duration("handler-delay", 0, "artificial delay inside the create transaction")
+	logLevel := fs.String("log-level", "info", "debug (one line per message), info or warn")
+	topo := topologyFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	mode := idempotency.ModeClaimFirst
+	switch *modeName {
+	case "claim-first":
+	case "single-phase":
+		mode = idempotency.ModeSinglePhase
+	default:
+		return fmt.Errorf("-mode %q: want claim-first or single-phase", *modeName)
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		return fmt.Errorf("-log-level: %w", err)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	point, err := crashPoint()
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	db, store, dialect, err := dburl.Open(ctx, *dbURL)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	if err := orderservice.Setup(ctx, db, dialect); err != nil {
+		return fmt.Errorf("setup %s: %w", dialect, err)
+	}
+	svc, err := orderservice.New(db, orderservice.Options{
+		Idempotency: true, Store: store, Dialect: dialect, HandlerDelay: *handlerDelay,
+		AfterCreate: crashInHandler(point),
+		Config:      idempotency.Config{Mode: mode, Lease: *lease, Retention: *retention, InFlightWait: *inFlightWait, Logger: log},
+	})
+	if err != nil {
+		return err
+	}
+	go orderservice.Maintenance{
+		Store: store, Reconciler: orderservice.Reconciler(store, svc, *reconcile, *retention, log, nil),
+		PurgeInterval: *purge, Logger: log,
+	}.Run(ctx)
+
+	opts := orderqueue.Options{
+		Broker: *broker, Topology: topo(), Workers: *workers, BatchSize: *batch,
+		MaxDeliveries: *maxDeliveries, RetryDelay: *retryDelay, AckWait: *ackWait, Logger: log,
+		BeforeSettle: crashAfterCommit(point),
+		Observe: func(s queue.Settlement) {
+			log.Debug("settled", "decision", s.Decision.String(), "delivery", s.Message.Delivery,
+				"status", answerStatus(s.Answer), "replayed", s.Answer.Replayed, "delay", s.Delay, "reason", s.Reason, "err", s.Err)
+		},
+	}
+	log.Info("consuming", "broker", *broker, "db", dialect, "mode", *modeName, "batch", *batch, "workers", *workers)
+	return orderqueue.Run(ctx, svc, opts)
+}
+
+// topologyFlags adds the flags that name the subject, stream and queue,
+// and returns the topology they name once parsed.
+func topologyFlags(fs *flag.FlagSet) func() orderqueue.Topology {
+	def := orderqueue.DefaultTopology()
+	stream := fs.String("stream", def.Stream, "JetStream stream (dead letters: STREAM_DEAD_LETTER)")
+	subject := fs.String("subject", def.Subject, "JetStream subject (dead letters: SUBJECT.dead-letter)")
+	durable := fs.String("durable", def.Durable, "JetStream durable consumer")
+	queueName := fs.String("queue", def.Queue, "RabbitMQ queue (dead letters: QUEUE.dead-letter)")
+	return func() orderqueue.Topology { return orderqueue.NamedTopology(*stream, *subject, *durable, *queueName) }
+}
+
+func answerStatus(a idempotency.Answer) int {
+	if a.Problem != nil {
+		return a.Problem.Status
+	}
+	return a.Status
+}
