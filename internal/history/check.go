@@ -166,8 +166,19 @@ func (m model) operations(recorded []operation, orders Orders, keys map[string]b
 // order would show in it, and reports whether the model refuses that: a
 // second executed answer, with another body, after the key's first 2xx.
 // A history without an executed 2xx has nothing to doctor: caught.
+//
+// It doctors the key with the fewest operations: to refuse a history,
+// porcupine must try every order of its concurrent operations, which for a
+// key with many retries of unknown outcome grows without bound (a random
+// kill's key took minutes and gigabytes). Each try is bounded; a try that
+// cannot decide moves on to the next smallest key.
 func (res *Result) probe() (doctored string, caught bool) {
 	m := res.model
+	type candidate struct {
+		part []porcupine.Operation
+		op   porcupine.Operation
+	}
+	var candidates []candidate
 	for _, part := range partitionByKey(res.history) {
 		for _, op := range part {
 			in := op.Input.(input)
@@ -175,16 +186,32 @@ func (res *Result) probe() (doctored string, caught bool) {
 			if in.observe || !ok || r.Err != "" || r.Replayed || r.Problem != "" || r.Status < 200 || r.Status >= 300 {
 				continue
 			}
-			second := op
-			r.Body += " (doctored)"
-			second.Output, second.Call, second.Return = r, op.Return, op.Return
-			bad := append(slices.Clone(part), second)
-			return fmt.Sprintf("a second %d for key %s", r.Status, in.Key),
-				!porcupine.CheckOperations(m, bad)
+			candidates = append(candidates, candidate{part, op})
+			break
+		}
+	}
+	slices.SortStableFunc(candidates, func(a, b candidate) int { return len(a.part) - len(b.part) })
+	for _, c := range candidates[:min(len(candidates), probeTries)] {
+		in, r := c.op.Input.(input), c.op.Output.(Response)
+		second := c.op
+		r.Body += " (doctored)"
+		second.Output, second.Call, second.Return = r, c.op.Return, c.op.Return
+		bad := append(slices.Clone(c.part), second)
+		switch porcupine.CheckOperationsTimeout(m, bad, probeTimeout) {
+		case porcupine.Illegal:
+			return fmt.Sprintf("a second %d for key %s", r.Status, in.Key), true
+		case porcupine.Ok:
+			return fmt.Sprintf("a second %d for key %s", r.Status, in.Key), false
 		}
 	}
 	return "", true
 }
+
+// The probe's bounds: keys tried, and the time for each.
+const (
+	probeTries   = 5
+	probeTimeout = 5 * time.Second
+)
 
 // Report describes what failed: the keys with an order no request named,
 // and each illegal key's operations in invocation order (at most limit
