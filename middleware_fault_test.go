@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -267,52 +268,97 @@ const (
 	faultTheirs = "other-host-9/00ff00ff00ff00ff"
 )
 
-// faultClaimOwner is the sqlmock.Argument for the owner column of the claim (and
-// takeover) statement. The middleware generates the owner at random, so this
-// accepts any owner of this instance, remembers it, and fills in the rows that
-// must show it (a re-read of "our" record) now that it is known.
+// faultClaimOwner tracks the lease owners the claim statements of one
+// request carry. The middleware generates them at random, a fresh one for
+// every round of its claim, so each claim statement's argument
+// (faultClaimArg) accepts a new owner of this instance, remembers it, and
+// fills in the rows that must show it (a re-read of "our" record) now that
+// it is known.
 type faultClaimOwner struct {
-	mu      sync.Mutex
-	owner   string
-	pending []func(owner string)
+	mu       sync.Mutex
+	owners   []string // the owner of each claim statement, in order
+	scripted int      // claim statements scripted so far
+	pending  map[int][]func(owner string)
 }
 
-func (c *faultClaimOwner) Match(v driver.Value) bool {
+// claimArg returns the argument of the next claim statement scripted.
+func (c *faultClaimOwner) claimArg() faultClaimArg { return c.next(true) }
+
+// insertArg returns the argument of the next single-phase record INSERT
+// scripted: every run of one request inserts under the same owner.
+func (c *faultClaimOwner) insertArg() faultClaimArg { return c.next(false) }
+
+func (c *faultClaimOwner) next(fresh bool) faultClaimArg {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.scripted++
+	return faultClaimArg{c: c, round: c.scripted - 1, fresh: fresh}
+}
+
+// faultClaimArg is the sqlmock.Argument for the owner column of one claim
+// (or record INSERT) statement.
+type faultClaimArg struct {
+	c     *faultClaimOwner
+	round int
+	fresh bool // the owner must be new: a claim's round
+}
+
+func (a faultClaimArg) Match(v driver.Value) bool {
 	s, ok := v.(string)
 	if !ok || !strings.HasPrefix(s, faultInstance+"/") {
 		return false
 	}
+	c := a.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.owner == "" {
-		c.owner = s
-		for _, fill := range c.pending {
-			fill(s)
-		}
-		c.pending = nil
+	if a.round < len(c.owners) {
+		return s == c.owners[a.round]
 	}
-	return s == c.owner // every claim statement of one request carries one owner
+	if a.round != len(c.owners) {
+		return false
+	}
+	last := len(c.owners) > 0 && s == c.owners[len(c.owners)-1]
+	if a.fresh && !last && slices.Contains(c.owners, s) {
+		// The store may send one claim again (a lock wait timed out):
+		// the same owner; a new round of the claim has an owner of its
+		// own, never an earlier round's.
+		return false
+	}
+	if !a.fresh && len(c.owners) > 0 && !last {
+		return false // one owner for every run of a single-phase request
+	}
+	c.owners = append(c.owners, s)
+	for _, fill := range c.pending[a.round] {
+		fill(s)
+	}
+	delete(c.pending, a.round)
+	return true
 }
 
-// whenKnown runs fill with the owner once the claim has revealed it.
+// whenKnown runs fill with the owner of the latest claim scripted, once
+// that claim has revealed it.
 func (c *faultClaimOwner) whenKnown(fill func(owner string)) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.owner != "" {
-		fill(c.owner)
+	round := c.scripted - 1
+	if round < len(c.owners) {
+		fill(c.owners[round])
 		return
 	}
-	c.pending = append(c.pending, fill)
+	if c.pending == nil {
+		c.pending = map[int][]func(string){}
+	}
+	c.pending[round] = append(c.pending[round], fill)
 }
 
-// faultSameOwner matches only the owner the claim generated: fenced statements
-// (finish, release) must carry this attempt's lease.
+// faultSameOwner matches only the owner the latest claim generated: a
+// takeover and fenced statements (finish, release) carry this round's lease.
 type faultSameOwner struct{ c *faultClaimOwner }
 
 func (s faultSameOwner) Match(v driver.Value) bool {
 	s.c.mu.Lock()
 	defer s.c.mu.Unlock()
-	return s.c.owner != "" && v == s.c.owner
+	return len(s.c.owners) > 0 && v == s.c.owners[len(s.c.owners)-1]
 }
 
 // ---------------------------------------------------------------------------
@@ -431,7 +477,7 @@ func (h *faultHarness) serve(handler http.HandlerFunc) (*httptest.ResponseRecord
 func (h *faultHarness) expectClaim() *sqlmock.ExpectedExec {
 	h.scripted = append(h.scripted, "claim")
 	return h.mock.ExpectExec(faultSQLClaim).
-		WithArgs(faultScope, faultKey, h.fp, h.owner, faultLeaseMicros, faultRetentionMicros)
+		WithArgs(faultScope, faultKey, h.fp, h.owner.claimArg(), faultLeaseMicros, faultRetentionMicros)
 }
 
 func (h *faultHarness) claimed()           { h.expectClaim().WillReturnResult(faultAffected1) }
@@ -488,7 +534,7 @@ func faultSnapshotHeaders(location string) []byte {
 func (h *faultHarness) expectTakeOver(prevOwner string, version int64) *sqlmock.ExpectedExec {
 	h.scripted = append(h.scripted, "takeover")
 	return h.mock.ExpectExec(faultSQLTakeOver).
-		WithArgs(h.fp, h.owner, faultLeaseMicros, faultRetentionMicros, faultScope, faultKey, prevOwner, version)
+		WithArgs(h.fp, faultSameOwner{h.owner}, faultLeaseMicros, faultRetentionMicros, faultScope, faultKey, prevOwner, version)
 }
 
 func (h *faultHarness) expectBegin() *sqlmock.ExpectedBegin {

@@ -79,7 +79,7 @@ func (h *faultHarness) expectExtend(version int64) *sqlmock.ExpectedExec {
 func (h *faultHarness) expectInsertFinal() *sqlmock.ExpectedExec {
 	h.scripted = append(h.scripted, "claim") // the same INSERT INTO idempotency_record
 	return h.mock.ExpectExec(faultSQLClaim).WithArgs(faultScope, faultKey, h.fp, string(idempotency.StatusDone),
-		h.owner, http.StatusCreated, faultSnapshotHeaders(faultOrderLocation), []byte(faultOrderBody), faultRetentionMicros)
+		h.owner.insertArg(), http.StatusCreated, faultSnapshotHeaders(faultOrderLocation), []byte(faultOrderBody), faultRetentionMicros)
 }
 
 // singlePhaseRun scripts one execution up to the record INSERT.
@@ -159,7 +159,7 @@ func (h *faultHarness) expectInsertFailed() *sqlmock.ExpectedExec {
 	headers, _ := json.Marshal(http.Header{"Content-Type": {"application/json"}})
 	h.scripted = append(h.scripted, "claim") // the same INSERT INTO idempotency_record
 	return h.mock.ExpectExec(faultSQLClaim).WithArgs(faultScope, faultKey, h.fp, string(idempotency.StatusFailed),
-		h.owner, http.StatusUnprocessableEntity, headers, []byte(faultRejectedBody), faultRetentionMicros)
+		h.owner.insertArg(), http.StatusUnprocessableEntity, headers, []byte(faultRejectedBody), faultRetentionMicros)
 }
 
 // A single-phase rejection is stored by an autocommit INSERT after the
