@@ -140,7 +140,7 @@ func (a *attempt) storeRejection(ctx context.Context, header map[string][]string
 		// (found by the model: model/README.md, S3).
 		a.note(Event{Outcome: OutcomeStoreError, Err: err})
 		if rerr := a.m.store.Release(ctx, a.lease); errors.Is(rerr, ErrLeaseLost) {
-			a.answerCurrentOwner(ctx, fmt.Errorf("idempotency: store rejection: %w; release: %w", err, rerr))
+			a.rejectionOrOwner(ctx, header, snap, fmt.Errorf("idempotency: store rejection: %w; release: %w", err, rerr))
 			return
 		}
 		a.m.log(slog.LevelError, "could not store a rejection; key released", a.keyHash, "err", err)
@@ -149,6 +149,20 @@ func (a *attempt) storeRejection(ctx context.Context, header map[string][]string
 	}
 	a.answerWith(snap.StatusCode, header, snap.Body)
 	a.done(Event{Outcome: OutcomeRejected, Status: snap.StatusCode})
+}
+
+// rejectionOrOwner answers a rejection whose Finish failed and whose
+// release matched nothing: our FAILED record means the Finish landed (its
+// reply lost) and the rejection is the answer, as stored; any other record
+// is another attempt's, and the answer is its.
+func (a *attempt) rejectionOrOwner(ctx context.Context, header map[string][]string, snap *Snapshot, cause error) {
+	rec, err := a.lookup(ctx)
+	if err == nil && rec.Status == StatusFailed && rec.Owner == a.lease.Owner {
+		a.answerWith(snap.StatusCode, header, snap.Body)
+		a.done(Event{Outcome: OutcomeRejected, Status: snap.StatusCode})
+		return
+	}
+	a.answerCurrentOwner(ctx, cause)
 }
 
 // releaseAndPassThrough handles a non-final status (5xx by default): nothing
