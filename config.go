@@ -32,6 +32,29 @@ const (
 	ModeSinglePhase
 )
 
+// String returns the mode's name: "claim-first" or "single-phase".
+func (m Mode) String() string {
+	switch m {
+	case ModeClaimFirst:
+		return "claim-first"
+	case ModeSinglePhase:
+		return "single-phase"
+	}
+	return fmt.Sprintf("Mode(%d)", int(m))
+}
+
+// ParseMode returns the mode a name (Mode.String) names, for flags and
+// configuration files.
+func ParseMode(name string) (Mode, error) {
+	switch name {
+	case "claim-first":
+		return ModeClaimFirst, nil
+	case "single-phase":
+		return ModeSinglePhase, nil
+	}
+	return 0, fmt.Errorf("idempotency: mode %q: want claim-first or single-phase", name)
+}
+
 // Config configures a Middleware. The zero value is usable: every field has
 // a default.
 type Config struct {

@@ -39,3 +39,15 @@ func TestNew_RefusesConfigurationsThatWouldBreakTheGuarantees(t *testing.T) {
 	_, err = idempotency.New(store, nil)
 	require.NoError(t, err, "nil config means the defaults")
 }
+
+// A mode's name parses back to the mode; anything else is an error.
+func TestParseMode_RoundTripsModeString(t *testing.T) {
+	for _, m := range []idempotency.Mode{idempotency.ModeClaimFirst, idempotency.ModeSinglePhase} {
+		got, err := idempotency.ParseMode(m.String())
+		require.NoError(t, err)
+		require.Equal(t, m, got)
+	}
+	_, err := idempotency.ParseMode("single_phase")
+	require.Error(t, err)
+	require.Equal(t, "Mode(7)", idempotency.Mode(7).String())
+}

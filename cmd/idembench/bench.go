@@ -233,25 +233,9 @@ func setBaselines(seq []*Point, ref func(p *Point) string) {
 	}
 }
 
-func modeName(m idempotency.Mode) string {
-	switch m {
-	case idempotency.ModeClaimFirst:
-		return "claim-first"
-	case idempotency.ModeSinglePhase:
-		return "single-phase"
-	}
-	return fmt.Sprintf("mode-%d", int(m))
-}
+func modeName(m idempotency.Mode) string { return m.String() }
 
-func parseMode(s string) (idempotency.Mode, error) {
-	switch strings.TrimSpace(s) {
-	case "claim-first":
-		return idempotency.ModeClaimFirst, nil
-	case "single-phase":
-		return idempotency.ModeSinglePhase, nil
-	}
-	return 0, fmt.Errorf("unknown mode %q (want claim-first or single-phase)", s)
-}
+func parseMode(s string) (idempotency.Mode, error) { return idempotency.ParseMode(strings.TrimSpace(s)) }
 
 // runMain is B0, B1 and B2 on one family: at each concurrency, every B1 and
 // B2 variant, with a B0 run between them so that every ratio has a baseline

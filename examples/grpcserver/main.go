@@ -69,13 +69,9 @@ func run(args []string) error {
 		}
 		return err
 	}
-	mode := idempotency.ModeClaimFirst
-	switch *modeName {
-	case "claim-first":
-	case "single-phase":
-		mode = idempotency.ModeSinglePhase
-	default:
-		return fmt.Errorf("-mode %q: want claim-first or single-phase", *modeName)
+	mode, err := idempotency.ParseMode(*modeName)
+	if err != nil {
+		return fmt.Errorf("-mode: %w", err)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

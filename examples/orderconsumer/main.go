@@ -109,13 +109,9 @@ func consume(args []string) error {
 		}
 		return err
 	}
-	mode := idempotency.ModeClaimFirst
-	switch *modeName {
-	case "claim-first":
-	case "single-phase":
-		mode = idempotency.ModeSinglePhase
-	default:
-		return fmt.Errorf("-mode %q: want claim-first or single-phase", *modeName)
+	mode, err := idempotency.ParseMode(*modeName)
+	if err != nil {
+		return fmt.Errorf("-mode: %w", err)
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {

@@ -104,13 +104,9 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	mode := idempotency.ModeClaimFirst
-	switch f.mode {
-	case "claim-first":
-	case "single-phase":
-		mode = idempotency.ModeSinglePhase
-	default:
-		return fmt.Errorf("-mode %q: want claim-first or single-phase", f.mode)
+	mode, err := idempotency.ParseMode(f.mode)
+	if err != nil {
+		return fmt.Errorf("-mode: %w", err)
 	}
 	point, err := crashPoint()
 	if err != nil {
