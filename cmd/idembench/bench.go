@@ -235,7 +235,9 @@ func setBaselines(seq []*Point, ref func(p *Point) string) {
 
 func modeName(m idempotency.Mode) string { return m.String() }
 
-func parseMode(s string) (idempotency.Mode, error) { return idempotency.ParseMode(strings.TrimSpace(s)) }
+func parseMode(s string) (idempotency.Mode, error) {
+	return idempotency.ParseMode(strings.TrimSpace(s))
+}
 
 // runMain is B0, B1 and B2 on one family: at each concurrency, every B1 and
 // B2 variant, with a B0 run between them so that every ratio has a baseline
