@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,34 +22,12 @@ import (
 	"github.com/orderguard/idempotency/examples/grpcserver/ordergrpc"
 	"github.com/orderguard/idempotency/examples/grpcserver/orderpb"
 	idemgrpc "github.com/orderguard/idempotency/grpc"
+	"github.com/orderguard/idempotency/internal/testbin"
 	"github.com/orderguard/idempotency/internal/testdb"
 )
 
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
-
-// binary builds this command once per test process.
-func binary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "grpcserver-test-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "grpcserver")
-		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
-		if err != nil {
-			buildErr = err
-			binPath = string(out)
-		}
-	})
-	require.NoError(t, buildErr, "go build: %s", binPath)
-	return binPath
-}
+// binary is this command, built once per test process.
+func binary(t *testing.T) string { return testbin.Command(t, "grpcserver") }
 
 // server is the command as a process: started, killed, started again on
 // one address.

@@ -7,9 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -21,35 +19,13 @@ import (
 	"github.com/orderguard/idempotency/examples/orderconsumer/orderqueue"
 	"github.com/orderguard/idempotency/examples/orderservice"
 	"github.com/orderguard/idempotency/internal/brokertest"
+	"github.com/orderguard/idempotency/internal/testbin"
 	"github.com/orderguard/idempotency/internal/testdb"
 	"github.com/orderguard/idempotency/postgres/pgtest"
 )
 
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
-
-// binary builds this command once per test process.
-func binary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "orderconsumer-test-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "orderconsumer")
-		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
-		if err != nil {
-			buildErr = err
-			binPath = string(out)
-		}
-	})
-	require.NoError(t, buildErr, "go build: %s", binPath)
-	return binPath
-}
+// binary is this command, built once per test process.
+func binary(t *testing.T) string { return testbin.Command(t, "orderconsumer") }
 
 // process is the consumer as a process of its own, its log kept.
 type process struct {
