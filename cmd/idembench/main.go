@@ -29,8 +29,7 @@
 //
 //	cd cmd/idembench && go run . -quick -out ../../docs   # about 2 min, as CI does
 //	cd cmd/idembench && go run . -out ../../docs          # full: 1/16/64, ~10 s a point, B4 to 10M
-//	cd cmd/idembench && go run . -mariadb=false -sqlite=false -b4=false -fiber=false \
-//	    -fleet=false -floor=false -ceiling=false -gobench=false -merge -out ../../docs   # PostgreSQL only, merged
+//	cd cmd/idembench && go run . -only postgres,postgres-grpc -merge -out ../../docs   # some families, merged
 //
 // It writes benchmarks.md, benchmarks.json and benchmarks.png to -out; with
 // -merge, the families it measured replace theirs in -out's benchmarks.json
@@ -46,9 +45,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -96,6 +97,7 @@ type options struct {
 	queueMessages int
 	queueWorkers  int
 	queueBatch    int
+	only          map[string]bool
 	args          []string
 }
 
@@ -141,8 +143,17 @@ func parseOptions(args []string) (options, error) {
 	fs.IntVar(&o.queueMessages, "queue-messages", 0, "messages per queue run (default 2000, -quick 300)")
 	fs.IntVar(&o.queueWorkers, "queue-workers", 4, "the queue consumer's workers (queue.Config.Workers)")
 	fs.IntVar(&o.queueBatch, "queue-batch", 32, "the batched queue variants' batch size (queue.Config.BatchSize)")
+	only := fs.String("only", "", "comma-separated families to run (mariadb, postgres, mariadb-grpc, postgres-grpc, sqlite, floor, fleet, b4, fiber, queue, galera, gobench, ceiling); the others are off whatever their flags say (with -merge, the others keep their earlier measurements)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
+	}
+	if *only != "" {
+		o.only = map[string]bool{}
+		for _, name := range strings.Split(*only, ",") {
+			o.only[strings.TrimSpace(name)] = true
+		}
+		o.gobench = o.only["gobench"]
+		o.ceiling = o.only["ceiling"]
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
@@ -277,6 +288,9 @@ func run(args []string) int {
 	}
 	// onFamily runs fn over a family opened for it, and closes the family.
 	onFamily := func(name string, open func() (*family, error), fn func(*family) error) {
+		if opts.only != nil && !opts.only[name] {
+			return
+		}
 		step(name, func() error {
 			f, err := open()
 			if err != nil {
@@ -305,7 +319,7 @@ func run(args []string) int {
 			onFamily("postgres", func() (*family, error) { return openPostgres(ctx, opts.postgres, "main") }, mainAndB3)
 		}
 	}
-	if opts.grpc && opts.mariadb {
+	if opts.grpc && opts.mysql != "" {
 		onFamily("mariadb-grpc", maria("grpc"), func(f *family) error { return r.runGRPC(ctx, f) })
 	}
 	if opts.grpc && opts.postgres != "" && pingPostgres(ctx, opts.postgres) == nil {
@@ -329,7 +343,7 @@ func run(args []string) int {
 	if opts.queue {
 		onFamily("queue", maria("queue"), func(f *family) error { return r.runQueue(ctx, f) })
 	}
-	if opts.galeraDSNs != "" {
+	if opts.galeraDSNs != "" && (opts.only == nil || opts.only["galera"]) {
 		step("galera", func() error { return r.runCluster(ctx) })
 	}
 	if ctx.Err() != nil {
@@ -387,6 +401,7 @@ func (o options) summary() map[string]any {
 		"b3_requests": o.b3Conc, "b3_repetitions": o.b3Reps, "replay_pool": o.poolSize,
 		"sqlite": o.sqlite, "fiber": o.fiber, "fleet": o.fleet, "grpc": o.grpc, "floor": o.floor, "ceiling": o.ceiling, "b4": o.b4, "gobench": o.gobench, "benchtime": o.benchtime,
 		"mariadb": o.mariadb, "postgres": o.postgres != "", "galera": o.galeraDSNs != "", "cluster_concurrency": o.clusterConc, "cluster_lookups": o.lookupN,
+		"only":  slices.Sorted(maps.Keys(o.only)),
 		"queue": o.queue, "queue_messages": o.queueMessages, "queue_workers": o.queueWorkers, "queue_batch": o.queueBatch,
 	}
 }
