@@ -14,8 +14,10 @@ package main
 // the last is answered. A refused key waits for its Retry-After while the
 // agent starts a new one, and is sent again once due, as an agent with many
 // independent actions does; so a refusal costs the agent a round trip, not
-// its Retry-After. Once the resets stop, every key is sent until it
-// completes, and the orders table is checked against every 201.
+// its Retry-After; a request left unanswered for the client's timeout is
+// sent again a second later, as the client package does. Once the resets
+// stop, every key is sent until it completes, and the orders table is
+// checked against every 201.
 //
 // The share of MariaDB's actions that PostgreSQL completes is printed, not
 // asserted: it is set by how fast the server starts a connection's
@@ -34,8 +36,10 @@ package main
 import (
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
+	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -58,6 +62,11 @@ const (
 	resetsLo, resetsHi = 150 * time.Millisecond, 400 * time.Millisecond
 	resetsWindow       = 6 * time.Second
 	resetsAgents       = 32 // closed-loop clients per engine
+	// resetsClientTimeout is how long an agent waits for an answer. The
+	// example server sets no deadline on a request, which waits in
+	// database/sql for a connection while the pool refills after a cut;
+	// on a busy machine a PostgreSQL pool refills slowly (see above).
+	resetsClientTimeout = 10 * time.Second
 	// resetsSettleFor bounds settling every key once the resets stop: a
 	// claim cut mid-statement is held until its lease (crashTestLease)
 	// ends and the reconciler (every crashTestReconcile) or a retry
@@ -84,6 +93,7 @@ type resetsEngine struct {
 	mu        sync.Mutex
 	keys      []*resetsKey
 	completed int            // 201s, first answers and replays
+	timeouts  int            // requests the client gave up on (resetsClientTimeout)
 	refusals  map[string]int // retryable answers, by status and problem type
 	odd       map[string]int // anything else, by what it was
 }
@@ -158,6 +168,14 @@ func (e *resetsEngine) record(k *resetsKey, a crashAnswer, during bool) bool {
 	case retryable && during:
 		e.refusals[a.String()]++
 		k.due = time.Now().Add(wait)
+	case a.timedOut():
+		// No answer within the client's timeout: the server held the
+		// request (waiting for a connection while the pool refills) and
+		// answered nobody, which is not a wrong answer. The agent sends
+		// the key again later, as the client package does after a
+		// timeout; settling and the orders check find what it became.
+		e.timeouts++
+		k.due = time.Now().Add(time.Second)
 	case !retryable:
 		phase := "while settling"
 		if during {
@@ -174,7 +192,7 @@ func (e *resetsEngine) record(k *resetsKey, a crashAnswer, during bool) bool {
 // again once due. An agent is a closed loop: it sends its next request
 // when the last one is answered.
 func (e *resetsEngine) agent(n int, stop time.Time) {
-	client := &http.Client{Timeout: 10 * time.Second}
+	client := &http.Client{Timeout: resetsClientTimeout}
 	url := e.srv.url("/orders")
 	var waiting []*resetsKey
 	for i := 0; time.Now().Before(stop); {
@@ -198,7 +216,7 @@ func (e *resetsEngine) agent(n int, stop time.Time) {
 // settle sends every key that has not completed until it does or deadline
 // passes.
 func (e *resetsEngine) settle(deadline time.Time) {
-	client := &http.Client{Timeout: 10 * time.Second}
+	client := &http.Client{Timeout: resetsClientTimeout}
 	url := e.srv.url("/orders")
 	work := make(chan *resetsKey)
 	var wg sync.WaitGroup
@@ -260,8 +278,8 @@ func (e *resetsEngine) summary() string {
 		n += e.refusals[k]
 	}
 	st := e.proxy.ResetStats()
-	return fmt.Sprintf("%s: %d actions completed, %d refused (%s), %d keys; %d reset rounds cut %d connections",
-		e.name, e.completed, n, strings.Join(refused, ", "), len(e.keys), st.Rounds, st.Links)
+	return fmt.Sprintf("%s: %d actions completed, %d refused (%s), %d unanswered within %v, %d keys; %d reset rounds cut %d connections",
+		e.name, e.completed, n, strings.Join(refused, ", "), e.timeouts, resetsClientTimeout, len(e.keys), st.Rounds, st.Links)
 }
 
 // connectCost is the median time db takes to open a new connection and
@@ -328,6 +346,12 @@ func TestConnectionResets_BothEngines_NothingLostEveryRefusalRetryable(t *testin
 		}
 		e.checkNothingLost(t)
 	}
+}
+
+// timedOut reports a request the client gave up on before any answer.
+func (a crashAnswer) timedOut() bool {
+	var ne net.Error
+	return errors.As(a.err, &ne) && ne.Timeout()
 }
 
 func orderNoOf(a crashAnswer) (string, error) {
