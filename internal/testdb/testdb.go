@@ -31,7 +31,7 @@ func Required() bool {
 // BaseConfig returns the configured server DSN, parsed.
 func BaseConfig(t testing.TB) *mysql.Config {
 	t.Helper()
-	driverLog.install() // before any Config is made: each keeps the logger it was made with
+	installDriverLog() // before any Config is made: each keeps the logger it was made with
 	dsn := os.Getenv("IDEMPOTENCY_TEST_MYSQL_DSN")
 	if dsn == "" {
 		dsn = DefaultDSN
@@ -94,60 +94,77 @@ func MySQL(t testing.TB) (*sql.DB, string) {
 }
 
 // CaptureDriverLog keeps go-sql-driver/mysql's log lines out of stderr
-// while t runs, and writes the lines logged meanwhile into t's log if t
-// fails. The driver logs every connection a server or a fault proxy cuts
-// ("packets.go: unexpected EOF", "busy buffer"): hundreds of lines per fault
-// spec, which on stderr would bury a failure's message in the CI log. The
-// driver has one logger per process, so a failing test shows every line
-// logged while it ran, its parallel neighbours' included. MySQL calls it;
-// a test that opens its own connections to a server calls it first.
+// (see LineLog): MySQL calls it; a test that opens its own connections to
+// a server calls it first.
 func CaptureDriverLog(t testing.TB) {
-	driverLog.install()
-	from := driverLog.mark()
-	t.Cleanup(func() {
-		if !t.Failed() {
-			return
-		}
-		lines, dropped := driverLog.since(from)
-		if len(lines) == 0 {
-			return
-		}
-		t.Logf("testdb: %d lines go-sql-driver/mysql logged while this test ran (%d older ones dropped):", len(lines)+dropped, dropped)
-		for _, l := range lines {
-			t.Log("  mysql: " + l)
-		}
-	})
+	installDriverLog()
+	driverLog.Watch(t)
 }
 
-// driverLogKeep bounds the lines kept: the last ones before a failure are
-// the ones that tell.
-const driverLogKeep = 500
+func installDriverLog() { driverLogOnce.Do(func() { _ = mysql.SetLogger(driverLog) }) }
 
-var driverLog capturedLog
+var (
+	driverLog     = NewLineLog("go-sql-driver/mysql")
+	driverLogOnce sync.Once
+)
 
-// capturedLog is a mysql.Logger keeping the last driverLogKeep lines, each
-// numbered, so a test can ask for the lines logged since it began.
-type capturedLog struct {
-	once  sync.Once
+// lineLogKeep bounds the lines a LineLog keeps: the last ones before a
+// failure are the ones that tell.
+const lineLogKeep = 500
+
+// LineLog is a library's process-wide logger for tests (go-sql-driver's,
+// go-redis's): it keeps the lines out of stderr, where a fault spec's
+// hundreds of them ("packets.go: unexpected EOF", "busy buffer", "failed
+// to dial") would bury a failure's message in the CI log, and hands a
+// failing test the lines logged while it ran (its parallel neighbours'
+// included: the logger is one per process). It keeps the last
+// lineLogKeep lines, each numbered.
+type LineLog struct {
+	name  string
 	mu    sync.Mutex
 	next  int      // the number of the next line
 	lines []string // lines next-len(lines) .. next-1
 }
 
-func (l *capturedLog) install() { l.once.Do(func() { _ = mysql.SetLogger(l) }) }
+// NewLineLog returns a LineLog for the library called name; install it as
+// that library's logger once (an adapter to its interface where needed).
+func NewLineLog(name string) *LineLog { return &LineLog{name: name} }
 
-func (l *capturedLog) Print(v ...any) {
-	line := fmt.Sprint(v...)
+// Print keeps a line, as fmt.Sprint formats it (mysql.Logger).
+func (l *LineLog) Print(v ...any) { l.keep(fmt.Sprint(v...)) }
+
+// Printf keeps a line, as fmt.Sprintf formats it.
+func (l *LineLog) Printf(format string, v ...any) { l.keep(fmt.Sprintf(format, v...)) }
+
+func (l *LineLog) keep(line string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if len(l.lines) == driverLogKeep {
+	if len(l.lines) == lineLogKeep {
 		l.lines = append(l.lines[:0], l.lines[1:]...)
 	}
 	l.lines = append(l.lines, time.Now().Format("15:04:05.000 ")+line)
 	l.next++
 }
 
-func (l *capturedLog) mark() int {
+// Watch logs, if t fails, the lines kept from now until t ends.
+func (l *LineLog) Watch(t testing.TB) {
+	from := l.mark()
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		lines, dropped := l.since(from)
+		if len(lines) == 0 {
+			return
+		}
+		t.Logf("testdb: %d lines %s logged while this test ran (%d older ones dropped):", len(lines)+dropped, l.name, dropped)
+		for _, line := range lines {
+			t.Log("  " + line)
+		}
+	})
+}
+
+func (l *LineLog) mark() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.next
@@ -155,7 +172,7 @@ func (l *capturedLog) mark() int {
 
 // since returns the lines numbered from on that are still kept, and how many
 // of them were dropped.
-func (l *capturedLog) since(from int) (lines []string, dropped int) {
+func (l *LineLog) since(from int) (lines []string, dropped int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	first := l.next - len(l.lines)
