@@ -238,9 +238,20 @@ func TestInFlightWait_ManyDuplicatesOnOtherInstances_AllReplayTheAnswerAndLeaveN
 	// with room for a loaded machine; 40 waiters that queued behind each
 	// other's markers took a look each in turn, 10 s.
 	require.Less(t, slowest, 2*time.Second, "the duplicates queued behind each other")
-	for _, o := range others {
+	for i, o := range others {
 		require.Zero(t, o.in.runs.Load(), "a duplicate executed")
-		o.in.requireOffTheDatabase(t, "a duplicate went to the database")
+		// Not asserted: that none went to the database. waiting sees a
+		// cache's markers held, not which duplicate holds them, so a
+		// duplicate may still be on its way when the original commits;
+		// one whose GetReplay misses just before the original caches its
+		// answer, and whose MarkInFlight lands just after the original
+		// removes its marker, holds a marker of its own and asks the Store,
+		// which replays the same answer (seen: 2 of 40, in about one run
+		// in twenty). The single-duplicate specs above, whose duplicate is
+		// known to wait, assert it.
+		if n := o.in.store.storeCalls(); n > 0 {
+			t.Logf("instance %d: %d store calls (duplicates that arrived as the original finished)", i, n)
+		}
 	}
 	n, err := b.admin.Exists(context.Background(), others[0].cache.redisKey("m:", "u1", "k1")).Result()
 	require.NoError(t, err)
