@@ -45,12 +45,15 @@ func sessionConn(t *testing.T, db *sql.DB, settings ...string) (*sql.Conn, int) 
 		_ = c.Raw(func(any) error { return driver.ErrBadConn }) // database/sql discards it
 		c.Close()
 	})
+	// The pid first and the settings last: a timeout a setting arms (an
+	// idle session's, 20 ms) starts after the last statement here, never
+	// between two of them on a busy machine.
+	var pid int
+	require.NoError(t, c.QueryRowContext(ctx, "SELECT pg_backend_pid()").Scan(&pid))
 	for _, s := range settings {
 		_, err := c.ExecContext(ctx, s)
 		require.NoError(t, err)
 	}
-	var pid int
-	require.NoError(t, c.QueryRowContext(ctx, "SELECT pg_backend_pid()").Scan(&pid))
 	return c, pid
 }
 
