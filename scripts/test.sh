@@ -47,10 +47,11 @@ if [[ "${IDEMPOTENCY_TEST_SNAPSHOT_ISOLATION:-}" == 1 ]] || { [[ -z "${IDEMPOTEN
   # transaction: the root package's suites (the store, the middleware, its
   # faults and chaos), the order service's transactions and the migrations
   # are where that shows; the front-ends and programs above them run the
-  # same statements.
+  # same statements. -short loads the purge-under-load spec with 10^5
+  # expired records instead of 10^6: the pass above proves the scale.
   echo "test.sh: MySQL suites with innodb_snapshot_isolation=ON"
   IDEMPOTENCY_TEST_MYSQL_DSN="${dsn}${sep}innodb_snapshot_isolation=ON" \
-    go test -count=1 -timeout 20m github.com/orderguard/idempotency \
+    go test -short -count=1 -timeout 20m github.com/orderguard/idempotency \
       github.com/orderguard/idempotency/examples/orderservice/... github.com/orderguard/idempotency/migrations/...
   took "the MySQL suites with innodb_snapshot_isolation=ON"
 elif [[ "${CI:-}" == "true" ]]; then
