@@ -75,6 +75,7 @@ type flags struct {
 	inFlightWait      time.Duration
 	handlerDelay      time.Duration
 	idempotency       bool
+	migrate           bool
 	redis             string
 	redisTimeout      time.Duration
 	redisPrefix       string
@@ -93,6 +94,7 @@ func parseFlags(args []string) (flags, error) {
 	fs.DurationVar(&f.inFlightWait, "in-flight-wait", 0, "how long a duplicate waits for the original to finish")
 	fs.DurationVar(&f.handlerDelay, "handler-delay", 0, "artificial delay inside the create transaction")
 	fs.BoolVar(&f.idempotency, "idempotency", true, "protect writes with the idempotency middleware")
+	fs.BoolVar(&f.migrate, "migrate", true, "apply the migrations and the order schema at start; false behind PgBouncer's transaction pooling, where they must run once on a direct connection")
 	fs.StringVar(&f.redis, "redis", "", "Redis `ADDR` (host:port) of the shared replay pre-filter; empty: none")
 	fs.StringVar(&f.redisPrefix, "redis-prefix", "orders:", "start of every Redis key written, so that services (or runs) sharing one Redis stay apart")
 	fs.DurationVar(&f.redisTimeout, "redis-timeout", defaultRedisTimeout, "bound on one Redis call; a slower call is a miss and the request goes to the database")
@@ -121,8 +123,10 @@ func run(args []string) error {
 		return err
 	}
 	defer db.Close()
-	if err := orderservice.Setup(ctx, db, dialect); err != nil {
-		return fmt.Errorf("setup %s: %w", dialect, err)
+	if f.migrate {
+		if err := orderservice.Setup(ctx, db, dialect); err != nil {
+			return fmt.Errorf("setup %s: %w", dialect, err)
+		}
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

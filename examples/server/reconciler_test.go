@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"net/http"
 	"testing"
 	"time"
 
@@ -65,4 +66,22 @@ func TestServer_ReconcilerBackfill_LivesTheRetentionFlag(t *testing.T) {
 	require.NoError(t, db.QueryRow(`SELECT TIMESTAMPDIFF(SECOND, updated_at, expires_at) FROM idempotency_record
 WHERE idempotency_key = 'abandoned'`).Scan(&lives))
 	require.Equal(t, int64(time.Hour/time.Second), lives, "seconds from the backfill to the record's expiry")
+}
+
+// -migrate=false leaves the schema to whoever put it in place (behind
+// PgBouncer's transaction pooling, a run on a direct connection): on an
+// empty database the server starts and creates no table; once the schema
+// is there, the same server creates orders.
+func TestServer_MigrateFalse_CreatesNoTableAndServesOnceTheSchemaIsThere(t *testing.T) {
+	db, dsn := testdb.MySQL(t)
+	srv := newCrashServer(t, "mysql://"+dsn, "claim-first", "-migrate=false")
+	srv.start("")
+	var tables int
+	require.NoError(t, db.QueryRow("SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE()").Scan(&tables))
+	require.Zero(t, tables, "-migrate=false must not create a table")
+
+	require.NoError(t, orderservice.Setup(t.Context(), db, "mysql"))
+	a := newCrashCreate(1, "migrate-false").send(&http.Client{Timeout: 10 * time.Second}, srv.url("/orders"))
+	require.NoError(t, a.err)
+	require.Equal(t, http.StatusCreated, a.status, "%s", a.body)
 }
