@@ -31,7 +31,7 @@ pkgs=("$@")
 if [[ ${#pkgs[@]} -eq 0 ]]; then
   pkgs=("$mod" "$mod/redis" "$mod/postgres" "$mod/examples/server" "$mod/examples/mcpserver"
     "$mod/examples/agentsim" "$mod/internal/faultproxy" "$mod/adapters/gin" "$mod/adapters/echo"
-    "$mod/sqlite" "$mod/client" "$mod/metrics" "$mod/grpc" "$mod/examples/grpcserver"
+    "$mod/sqlite" "$mod/client" "$mod/metrics" "$mod/grpc" "$mod/examples/grpcserver" "$mod/postgres/pgtest"
     "$mod/examples/grpcserver/ordergrpc" "$mod/queue" "$mod/nats" "$mod/amqp"
     "$mod/examples/orderconsumer" "$mod/examples/orderconsumer/orderqueue")
 fi
