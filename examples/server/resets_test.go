@@ -110,16 +110,15 @@ type resetsEngine struct {
 	odd       map[string]int // anything else, by what it was
 }
 
-func newResetsEngine(t *testing.T, name string, db *sql.DB, proxy *faultproxy.Proxy, dbURL string) *resetsEngine {
+func newResetsEngine(t *testing.T, name string, db *sql.DB, proxy *faultproxy.Proxy, dbURL string, serverArgs ...string) *resetsEngine {
 	t.Helper()
 	t.Cleanup(func() { _ = proxy.Close() })
 	// The server's own defaults but for the lease and the reconcile
 	// interval, short so that claims cut mid-statement settle in seconds.
-	e := &resetsEngine{name: name, db: db, connect: db, proxy: proxy, refusals: map[string]int{}, odd: map[string]int{}}
-	if dbURL != "" {
-		e.srv = newCrashServer(t, dbURL, "claim-first")
+	return &resetsEngine{
+		name: name, db: db, connect: db, proxy: proxy, srv: newCrashServer(t, dbURL, "claim-first", serverArgs...),
+		refusals: map[string]int{}, odd: map[string]int{},
 	}
-	return e
 }
 
 // resetsMariaDB is the example server on a fresh MariaDB database through a
@@ -167,15 +166,15 @@ func resetsPgBouncer(t *testing.T) *resetsEngine {
 	require.NoError(t, err)
 	proxy, err := faultproxy.Start(u.Host, faultproxy.WithProtocol(faultproxy.PostgreSQL))
 	require.NoError(t, err)
-	e := newResetsEngine(t, "PostgreSQL via PgBouncer", db, proxy, "")
 	// Named statements do not survive a change of server connection
 	// under PgBouncer before 1.21: cache_describe prepares them unnamed.
 	u.RawQuery = "sslmode=disable&default_query_exec_mode=cache_describe"
-	e.connect, err = postgres.Open(u.String()) // PgBouncer itself, not through the proxy
+	bouncer, err := postgres.Open(u.String()) // PgBouncer itself, not through the proxy
 	require.NoError(t, err)
-	t.Cleanup(func() { e.connect.Close() })
+	t.Cleanup(func() { bouncer.Close() })
 	u.Host = proxy.Addr()
-	e.srv = newCrashServer(t, u.String(), "claim-first", "-migrate=false")
+	e := newResetsEngine(t, "PostgreSQL via PgBouncer", db, proxy, u.String(), "-migrate=false")
+	e.connect = bouncer
 	return e
 }
 
