@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -173,16 +174,34 @@ func TestKill9_TheIDMakesExactlyOneOrder(t *testing.T) {
 
 			second := startConsumer(t, "", flags...)
 			var lines []string
+			// Acked after the restart: by a replay after the commit, by
+			// the run after the rollback (a replay of that run may be
+			// logged first).
+			want := "replayed=false"
+			if r.point == crashPointAfterCommit {
+				want = "replayed="
+			}
 			require.Eventually(t, func() bool {
 				lines = second.settled(t)
-				return len(lines) > 0 && strings.Contains(lines[len(lines)-1], "decision=ack")
+				return slices.ContainsFunc(lines, func(l string) bool {
+					return strings.Contains(l, "decision=ack") && strings.Contains(l, want)
+				})
 			}, 90*time.Second, 20*time.Millisecond, "the message was never acked after the restart")
 			require.Equal(t, 1, orders(t, db), "one order for the id")
-			last := lines[len(lines)-1]
+			// The broker may hand the message over more than once after
+			// the restart (seen: deliveries 3 and 1 settled 4 ms apart on
+			// a loaded machine), in any order: what must hold is which of
+			// them ran the handler to an order.
+			ran := 0
+			for _, l := range lines {
+				if strings.Contains(l, "decision=ack") && strings.Contains(l, "replayed=false") {
+					ran++
+				}
+			}
 			if r.point == crashPointAfterCommit {
-				require.Contains(t, last, "replayed=true", "the redelivery replays the record")
+				require.Zero(t, ran, "every redelivery replays the record:\n%s", strings.Join(lines, "\n"))
 			} else {
-				require.Contains(t, last, "replayed=false", "the redelivery runs: the killed run left no order")
+				require.Equal(t, 1, ran, "one redelivery runs (the killed run left no order), any other replays it:\n%s", strings.Join(lines, "\n"))
 			}
 			naks := 0
 			for _, l := range lines {
