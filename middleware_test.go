@@ -29,11 +29,17 @@ type testBundle struct {
 
 func setup(t *testing.T, cfg idempotency.Config, delay time.Duration) *testBundle {
 	t.Helper()
+	return setupWith(t, orderservice.Options{Config: cfg, HandlerDelay: delay})
+}
+
+// setupWith is setup with the order service's options (Idempotency and
+// Store are set here).
+func setupWith(t *testing.T, opts orderservice.Options) *testBundle {
+	t.Helper()
 	db := newMySQL(t)
 	require.NoError(t, orderservice.Setup(context.Background(), db, "mysql"))
-	svc, err := orderservice.New(db, orderservice.Options{
-		Idempotency: true, Store: idempotency.NewMySQLStore(db), Config: cfg, HandlerDelay: delay,
-	})
+	opts.Idempotency, opts.Store = true, idempotency.NewMySQLStore(db)
+	svc, err := orderservice.New(db, opts)
 	require.NoError(t, err)
 	srv := httptest.NewServer(svc)
 	t.Cleanup(srv.Close)
