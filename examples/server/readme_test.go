@@ -23,7 +23,10 @@ package main
 //     runs it, then MariaDB and PostgreSQL.
 //   - -redis ADDR is the test's Redis, under a key prefix of the test's own
 //     (-redis-prefix), so that runs sharing one Redis never answer each
-//     other.
+//     other, and with -redis-timeout readmeRedisTimeout: the README shows
+//     a replay from Redis, and at the default 50 ms a busy machine (a load
+//     average of 19, seen) made a call a miss, replayed from the database
+//     instead (source="store"): right, but not what the README shows.
 //   - Order numbers are random: each one the README shows stands for the
 //     one the server made at that point, the same each time it is shown
 //     (volatile).
@@ -58,6 +61,9 @@ import (
 	"github.com/orderguard/idempotency/internal/testdb"
 	"github.com/orderguard/idempotency/postgres/pgtest"
 )
+
+// readmeRedisTimeout bounds the README servers' Redis calls (see above).
+const readmeRedisTimeout = "5s"
 
 const readmePath = "../../README.md"
 
@@ -249,7 +255,7 @@ func (r *readmeRun) startServer(c consoleCommand, args []string) {
 			db = args[i+1]
 			i++
 		case "redis":
-			rest = append(rest, "-redis", r.redisAddr(), "-redis-prefix", r.redis.prefix)
+			rest = append(rest, "-redis", r.redisAddr(), "-redis-prefix", r.redis.prefix, "-redis-timeout", readmeRedisTimeout)
 			i++
 		default:
 			rest = append(rest, args[i])
