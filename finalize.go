@@ -217,7 +217,11 @@ func (a *attempt) abort(v any) {
 }
 
 // answerCurrentOwner answers an attempt that lost its lease: it rolled back,
-// and the client hears whatever the key's current state says.
+// and the client hears whatever the key's current state says. A record
+// finished under this attempt's own lease is the exception: its finish
+// landed and only the reply was lost (an earlier re-read that would have
+// said so failed too), so the record is this attempt's answer, not a
+// replay of another's.
 func (a *attempt) answerCurrentOwner(ctx context.Context, cause error) {
 	a.note(Event{Outcome: OutcomeLeaseLost, Err: cause})
 	a.m.log(slog.LevelWarn, "lease lost; rolled back", a.keyHash, "err", cause)
@@ -225,6 +229,15 @@ func (a *attempt) answerCurrentOwner(ctx context.Context, cause error) {
 	if err != nil {
 		// Released, or unreadable: nothing of ours committed; a retry decides.
 		a.fail(OutcomeStoreError, fmt.Errorf("idempotency: lease lost, then: %w", err))
+		return
+	}
+	if rec.Status.Final() && rec.Owner == a.lease.Owner && rec.Snapshot != nil && rec.Fingerprint == a.fingerprint {
+		outcome := OutcomeCommitted
+		if rec.Status == StatusFailed {
+			outcome = OutcomeRejected
+		}
+		a.answerWith(rec.Snapshot.StatusCode, rec.Snapshot.Header, rec.Snapshot.Body)
+		a.done(Event{Outcome: outcome, Status: rec.Snapshot.StatusCode})
 		return
 	}
 	a.respondToDuplicate(rec)

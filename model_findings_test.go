@@ -173,3 +173,66 @@ func TestClaimFirst_AClaimAgainAfterALandedClaimVanished_HasAFreshOwner(t *testi
 	require.NoError(t, err)
 	require.Equal(t, idempotency.StatusDone, rec.Status, "the live claim finished")
 }
+
+// landedRejection is a store whose Finish of a rejection lands but loses
+// its reply, as a dropped connection does, and whose next Lookup fails the
+// same way.
+type landedRejection struct {
+	idempotency.Store
+	failLookup atomic.Bool
+}
+
+func (s *landedRejection) Finish(ctx context.Context, l idempotency.Lease, st idempotency.Status, snap *idempotency.Snapshot, retention time.Duration) (idempotency.Lease, error) {
+	lease, err := s.Store.Finish(ctx, l, st, snap, retention)
+	if err != nil || st != idempotency.StatusFailed {
+		return lease, err
+	}
+	s.failLookup.Store(true)
+	return idempotency.Lease{}, driver.ErrBadConn
+}
+
+func (s *landedRejection) Lookup(ctx context.Context, scope, key string) (*idempotency.Record, error) {
+	if s.failLookup.CompareAndSwap(true, false) {
+		return nil, driver.ErrBadConn
+	}
+	return s.Store.Lookup(ctx, scope, key)
+}
+
+// Found by the fault runs' history check: a rejection whose Finish landed
+// with its reply lost, whose release then matched nothing, and whose first
+// re-read failed, answered its own record as a replay (Idempotent-Replayed:
+// true) of an answer no client had heard. The record is the attempt's own
+// answer: it is answered as such, and a retry gets it as the replay.
+func TestClaimFirst_RejectionWhoseFinishLandedUnheard_IsAnsweredAsItsOwnNotAsAReplay(t *testing.T) {
+	t.Parallel()
+	db := newMySQL(t)
+	require.NoError(t, idempotency.Migrate(context.Background(), db))
+	mw, err := idempotency.New(&landedRejection{Store: idempotency.NewMySQLStore(db)}, &idempotency.Config{ReplayCacheBytes: -1})
+	require.NoError(t, err)
+	var runs atomic.Int32
+	srv := httptest.NewServer(mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		http.Error(w, "unknown sku", http.StatusUnprocessableEntity)
+	})))
+	t.Cleanup(srv.Close)
+	post := func() (*http.Response, string) {
+		req, err := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader(`{"sku":99999}`))
+		require.NoError(t, err)
+		req.Header.Set("Idempotency-Key", "rejected")
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp, string(body)
+	}
+
+	first, body := post()
+	require.Equal(t, http.StatusUnprocessableEntity, first.StatusCode, body)
+	require.Empty(t, first.Header.Get("Idempotent-Replayed"), "the first answer the key gives is not a replay: this request executed")
+	again, againBody := post()
+	require.Equal(t, http.StatusUnprocessableEntity, again.StatusCode, againBody)
+	require.Equal(t, "true", again.Header.Get("Idempotent-Replayed"))
+	require.Equal(t, body, againBody, "the retry replays the first answer")
+	require.EqualValues(t, 1, runs.Load(), "the handler ran once")
+}
