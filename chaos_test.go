@@ -747,7 +747,7 @@ func TestChaos_PurgeUnderLoad_DeletesExactlyTheExpiredFinalRecordsAndClaimsKeepS
 		return store
 	}})
 	// A bound against a hang, not a speed target: under the race detector
-	// the load and the purge take about 75 s on a quiet two-core machine,
+	// the load and the purge take about 40 s on a quiet two-core machine,
 	// and 4 minutes ran out at a load average of 20.
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
