@@ -369,7 +369,7 @@ func TestChaos_CommitReplyLost_CommittedOrderIsAnswered201AndRetryReplaysIt(t *t
 	select {
 	case f := <-e.proxy.Fired():
 		require.Equal(t, faultproxy.ReplyLost, f.Fault)
-	default:
+	case <-time.After(10 * time.Second): // the proxy reports the firing after it cut the link
 		t.Fatal("the proxy never saw the COMMIT")
 	}
 
@@ -404,7 +404,7 @@ func TestChaos_CommitRequestLost_Answers503WithNoOrderAndRetryCreatesItOnce(t *t
 	select {
 	case f := <-e.proxy.Fired():
 		require.Equal(t, faultproxy.RequestLost, f.Fault)
-	default:
+	case <-time.After(10 * time.Second): // the proxy reports the firing after it cut the link
 		t.Fatal("the proxy never saw the COMMIT")
 	}
 
