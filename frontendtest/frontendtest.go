@@ -168,7 +168,7 @@ func (s *suite) newEnv(t *testing.T, cfg idempotency.Config, store idempotency.S
 	require.NoError(t, orderservice.Setup(context.Background(), sqlDB, dialect))
 	var fs *faultStore
 	if store == nil {
-		fs = &faultStore{Store: dbStore, deadlock: s.db.Deadlock(), failInserts: map[string]int{}}
+		fs = &faultStore{Store: dbStore, deadlock: s.db.Deadlock(), failInserts: map[string]int{}, doomed: map[string]string{}}
 		store = fs
 	}
 	cfg.Lease = max(cfg.Lease, 2*time.Second)
@@ -267,14 +267,19 @@ func (h *hooks) executions(key string) int {
 }
 
 // faultStore is the database's store with faults a spec arms by key: the
-// record's INSERT (single-phase) or finish (claim-first) of a key's next
-// runs fails as the database's deadlock victim's does, its transaction
-// rolled back.
+// record's INSERT (single-phase) of a key's next runs fails as the
+// database's deadlock victim's does, its transaction rolled back; so does
+// the finish (claim-first) of the key's next attempt, every time that
+// attempt tries it under its claim: a batch that could not commit does
+// each of its actions again alone, under the claim it holds, and the
+// fault must not depend on whether the consumer took the message with
+// others.
 type faultStore struct {
 	idempotency.Store
 	deadlock    error
 	mu          sync.Mutex
 	failInserts map[string]int
+	doomed      map[string]string // key: the owner whose every finish fails
 }
 
 func (f *faultStore) failNext(key string, n int) {
@@ -300,8 +305,24 @@ func (f *faultStore) InsertFinal(ctx context.Context, tx *sql.Tx, c idempotency.
 	return f.Store.InsertFinal(ctx, tx, c, st, snap)
 }
 
+// failFinish reports whether l's finish fails: the first finish of an
+// armed key dooms its owner's.
+func (f *faultStore) failFinish(l idempotency.Lease) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if owner, ok := f.doomed[l.Key]; ok {
+		return owner == l.Owner
+	}
+	if f.failInserts[l.Key] > 0 {
+		f.failInserts[l.Key]--
+		f.doomed[l.Key] = l.Owner
+		return true
+	}
+	return false
+}
+
 func (f *faultStore) FinishTx(ctx context.Context, tx *sql.Tx, l idempotency.Lease, st idempotency.Status, snap *idempotency.Snapshot, retention time.Duration) (idempotency.Lease, error) {
-	if f.fail(l.Key) {
+	if f.failFinish(l) {
 		return idempotency.Lease{}, f.deadlock
 	}
 	return f.Store.FinishTx(ctx, tx, l, st, snap, retention)

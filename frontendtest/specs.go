@@ -241,7 +241,11 @@ func (s *suite) crashed(t *testing.T) {
 // rolledBack: the database rolls back the run that would have finished
 // the record (a deadlock at its record). Single-phase runs the action again
 // within the request; claim-first answers 503 with a retry hint, and the
-// client's retry executes. One order either way.
+// client's retry executes. One order either way. A consumer that took the
+// message in a batch does it again alone once the batch's transaction
+// fails (DoBatch): for single-phase that is the second run; claim-first,
+// the fault holds for the attempt's every finish, so the answer is the
+// same 503 whether or not the message came with others.
 func (s *suite) rolledBack(t *testing.T) {
 	user, key := s.user(), "rolled-back"
 	s.store.failNext(key, 1)
