@@ -68,40 +68,25 @@ func TestClaimFirst_RejectionWhoseLeaseWasTakenOver_AnswersTheRecordNotTheReject
 		fmt.Fprintf(w, `{"order":%d}`, id)
 	})))
 	t.Cleanup(srv.Close)
-	post := func() (int, string) {
-		req, err := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader(`{"sku":1}`))
-		require.NoError(t, err)
-		req.Header.Set("Idempotency-Key", "outlived")
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(body)
-	}
-
-	type answer struct {
-		status int
-		body   string
-	}
+	client, send := &testBundle{srv: srv}, call{key: "outlived", body: `{"sku":1}`}
 	a := make(chan answer, 1)
-	go func() { s, b := post(); a <- answer{s, b} }()
+	go func() { a <- client.do(t, send) }()
 	require.Eventually(t, func() bool {
 		rec, err := store.Lookup(context.Background(), "", "outlived")
 		return err == nil && rec.Status == idempotency.StatusProcessing && rec.LeaseExpired
 	}, 30*time.Second, 10*time.Millisecond, "A's lease never expired by the database's clock")
 
-	bStatus, bBody := post() // B takes the key over and commits
-	require.Equal(t, http.StatusCreated, bStatus, bBody)
+	b := client.do(t, send) // B takes the key over and commits
+	require.Equal(t, http.StatusCreated, b.Status, b.Body)
 	refuseOnce.Do(func() { close(refuse) })
 	got := <-a
 
 	var orders int
 	require.NoError(t, db.QueryRow("SELECT COUNT(*) FROM ledger").Scan(&orders))
 	require.Equal(t, 1, orders, "B's order exists")
-	require.Equal(t, http.StatusCreated, got.status,
-		"A answered %d %q for a request whose order exists; it must answer the key's record (B's 201 %s)", got.status, got.body, bBody)
-	require.Equal(t, bBody, got.body)
+	require.Equal(t, http.StatusCreated, got.Status,
+		"A answered %d %q for a request whose order exists; it must answer the key's record (B's 201 %s)", got.Status, got.Body, b.Body)
+	require.Equal(t, b.Body, got.Body)
 }
 
 // landedThenVanished is a store whose first Claim lands but loses its
@@ -215,24 +200,13 @@ func TestClaimFirst_RejectionWhoseFinishLandedUnheard_IsAnsweredAsItsOwnNotAsARe
 		http.Error(w, "unknown sku", http.StatusUnprocessableEntity)
 	})))
 	t.Cleanup(srv.Close)
-	post := func() (*http.Response, string) {
-		req, err := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader(`{"sku":99999}`))
-		require.NoError(t, err)
-		req.Header.Set("Idempotency-Key", "rejected")
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		return resp, string(body)
-	}
-
-	first, body := post()
-	require.Equal(t, http.StatusUnprocessableEntity, first.StatusCode, body)
+	client, send := &testBundle{srv: srv}, call{key: "rejected", body: `{"sku":99999}`}
+	first := client.do(t, send)
+	require.Equal(t, http.StatusUnprocessableEntity, first.Status, first.Body)
 	require.Empty(t, first.Header.Get("Idempotent-Replayed"), "the first answer the key gives is not a replay: this request executed")
-	again, againBody := post()
-	require.Equal(t, http.StatusUnprocessableEntity, again.StatusCode, againBody)
+	again := client.do(t, send)
+	require.Equal(t, http.StatusUnprocessableEntity, again.Status, again.Body)
 	require.Equal(t, "true", again.Header.Get("Idempotent-Replayed"))
-	require.Equal(t, body, againBody, "the retry replays the first answer")
+	require.Equal(t, first.Body, again.Body, "the retry replays the first answer")
 	require.EqualValues(t, 1, runs.Load(), "the handler ran once")
 }
