@@ -20,6 +20,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"net/http"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -221,6 +222,23 @@ func asClient(t *testing.T, front Frontend, r Request) Answer {
 		a := front.Create(context.Background(), r)
 		if !a.retryable() || time.Now().After(deadline) {
 			return a
+		}
+		time.Sleep(20 * time.Millisecond) // a client's pause between tries, not an interleaving
+	}
+}
+
+// untilStoreAnswers sends r again while the answer is a 503 with
+// Retry-After, the answer to a store the load made slow or short of
+// connections, as a client does, and returns the first other answer and
+// how many 503s came before it. A spec that needs the store's own verdict
+// (in progress, say) asks with it.
+func untilStoreAnswers(t *testing.T, front Frontend, r Request) (Answer, int) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for n := 0; ; n++ {
+		a := front.Create(context.Background(), r)
+		if a.Err != nil || a.Status != http.StatusServiceUnavailable || !a.RetryAfter || time.Now().After(deadline) {
+			return a, n
 		}
 		time.Sleep(20 * time.Millisecond) // a client's pause between tries, not an interleaving
 	}

@@ -173,9 +173,10 @@ func (s *suite) boundedWait(t *testing.T) {
 	firstc := make(chan Answer, 1)
 	go func() { firstc <- front.Create(context.Background(), create(user, key, 1)) }()
 	<-g.entered
-	dup := front.Create(context.Background(), create(user, key, 1)) // the first is held until after it
+	dup, unavailable := untilStoreAnswers(t, front, create(user, key, 1)) // the first is held until after it
 	g.release()
-	require.Equal(t, idempotency.ProblemInProgress, dup.Kind, "the wait ended while the first was held: %s", dup)
+	require.Equal(t, idempotency.ProblemInProgress, dup.Kind,
+		"the wait ended while the first was held (after %d store-unavailable answers): %s", unavailable, dup)
 	require.True(t, dup.RetryAfter, "%s", dup)
 	first := <-firstc
 	require.Equal(t, http.StatusCreated, first.Status, "%s", first)

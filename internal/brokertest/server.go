@@ -1,6 +1,7 @@
 package brokertest
 
 import (
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -52,7 +53,10 @@ func StartNATS(t testing.TB) *Server {
 		}
 		exited = make(chan struct{})
 		go func(cmd *exec.Cmd, exited chan struct{}) { _ = cmd.Wait(); close(exited) }(cmd, exited)
-		waitListening(t, port, 30*time.Second, logFile, exited)
+		if err := awaitListening(port, 30*time.Second, exited); err != nil {
+			b, _ := os.ReadFile(logFile)
+			t.Fatalf("%v; its log:\n%s", err, b)
+		}
 	}
 	stopped := true
 	stop := func() {
@@ -72,15 +76,39 @@ func StartNATS(t testing.TB) *Server {
 // name, ports, database and Erlang cookie), which takes several seconds.
 // Stop and Start stop and start the broker application inside the node
 // (rabbitmqctl stop_app, start_app): every connection is closed, and every
-// queue recovers from disk when it starts, as in a restart of the broker. It is skipped
-// (or fails, when required) without RabbitMQ's scripts.
+// queue recovers from disk when it starts, as in a restart of the broker.
+// It is skipped (or fails, when required) without RabbitMQ's scripts.
+//
+// A node whose boot fails (it exits, or its listener closes again before
+// the application has started: a port another process took meanwhile, a
+// boot step that timed out on a busy machine) is started again on other
+// ports, up to three times; the failed boot's log is in the test's log.
 func StartRabbitMQ(t testing.TB) *Server {
 	t.Helper()
 	// Debian's own scripts, not the wrappers in /usr/sbin, which run them
 	// as the rabbitmq user: that user cannot write to the test's directory.
 	server := lookPath(t, "/usr/lib/rabbitmq/bin/rabbitmq-server", "rabbitmq-server")
 	ctl := lookPath(t, filepath.Join(filepath.Dir(server), "rabbitmqctl"), "rabbitmqctl")
+	const boots = 3
+	for boot := 1; ; boot++ {
+		s, err := bootRabbitMQ(t, server, ctl)
+		if err == nil {
+			return s
+		}
+		if boot == boots {
+			t.Fatalf("RabbitMQ did not boot in %d tries; the last: %v", boots, err)
+		}
+		t.Logf("RabbitMQ did not boot (try %d of %d), starting it again on other ports: %v", boot, boots, err)
+	}
+}
+
+// bootRabbitMQ starts one node and returns once its application has
+// started and its AMQP port listens.
+func bootRabbitMQ(t testing.TB, server, ctl string) (*Server, error) {
 	port, dist := freePort(t), freePort(t)
+	for dist == port {
+		dist = freePort(t)
+	}
 	dir := t.TempDir()
 	node := "idemtest" + strconv.Itoa(port) + "@localhost"
 	env := append(os.Environ(),
@@ -111,17 +139,16 @@ func StartRabbitMQ(t testing.TB) *Server {
 	}
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
-	rabbitmqctl := func(args ...string) {
+	rabbitmqctl := func(args ...string) error {
 		c := exec.Command(ctl, append([]string{"-n", node}, args...)...)
 		c.Env = env
 		if b, err := c.CombinedOutput(); err != nil {
-			t.Fatalf("rabbitmqctl %v: %v\n%s", args, err, b)
+			return fmt.Errorf("rabbitmqctl %v: %w\n%s", args, err, b)
 		}
+		return nil
 	}
-	t.Cleanup(func() {
-		c := exec.Command(ctl, "-n", node, "stop")
-		c.Env = env
-		if c.Run() != nil {
+	shutdown := func() {
+		if rabbitmqctl("stop") != nil {
 			_ = cmd.Process.Kill()
 		}
 		select {
@@ -130,14 +157,33 @@ func StartRabbitMQ(t testing.TB) *Server {
 			_ = cmd.Process.Kill()
 		}
 		out.Close()
-	})
-	waitListening(t, port, 120*time.Second, logFile, exited)
+	}
+	booted := func() error {
+		if err := awaitListening(port, 120*time.Second, exited); err != nil {
+			return err
+		}
+		if err := rabbitmqctl("await_startup", "-t", "120"); err != nil {
+			return err
+		}
+		return awaitListening(port, time.Second, exited) // still: the boot did not fail after the listener opened
+	}
+	if err := booted(); err != nil {
+		shutdown()
+		b, _ := os.ReadFile(logFile)
+		return nil, fmt.Errorf("%w; the node's log:\n%s", err, b)
+	}
+	t.Cleanup(shutdown)
+	must := func(err error) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
 	return &Server{t: t, URL: "amqp://guest:guest@127.0.0.1:" + strconv.Itoa(port) + "/",
-		stop: func() { rabbitmqctl("stop_app") },
+		stop: func() { must(rabbitmqctl("stop_app")) },
 		start: func() {
-			rabbitmqctl("start_app")
-			waitListening(t, port, 120*time.Second, logFile, exited)
-		}}
+			must(rabbitmqctl("start_app"))
+			must(awaitListening(port, 120*time.Second, exited))
+		}}, nil
 }
 
 // lookPath finds the first of names that exists (a path) or is in PATH.
@@ -166,25 +212,23 @@ func freePort(t testing.TB) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
-// waitListening waits until port accepts connections, failing the test
-// with the server's log when it does not within the time or the server
-// exits.
-func waitListening(t testing.TB, port int, within time.Duration, logFile string, exited <-chan struct{}) {
-	t.Helper()
+// awaitListening waits until port accepts connections; it fails when it
+// does not within the time or the server exits.
+func awaitListening(port int, within time.Duration, exited <-chan struct{}) error {
 	deadline := time.Now().Add(within)
-	for time.Now().Before(deadline) {
+	for {
 		select {
 		case <-exited:
-			b, _ := os.ReadFile(logFile)
-			t.Fatalf("the broker exited before it listened on %d; its log:\n%s", port, b)
+			return fmt.Errorf("the broker exited before it listened on %d", port)
 		default:
 		}
 		if c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(port), time.Second); err == nil {
 			c.Close()
-			return
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the broker did not listen on %d within %v", port, within)
 		}
 		time.Sleep(50 * time.Millisecond) // polling a server's start, not an interleaving
 	}
-	b, _ := os.ReadFile(logFile)
-	t.Fatalf("the broker did not listen on %d within %v; its log:\n%s", port, within, b)
 }
