@@ -69,10 +69,11 @@ type resetKey struct {
 	reject  bool // the body names an unknown SKU
 	senders int  // goroutines that send it at once during the load
 
-	settled    bool            // answered 201 or 422 at least once
-	orderNos   map[string]bool // the order numbers its 201s carried
-	got422     bool
-	inProgress int // answers 409 in-progress: a duplicate's InFlightWait ran out first
+	settled     bool            // answered 201 or 422 at least once
+	orderNos    map[string]bool // the order numbers its 201s carried
+	got422      bool
+	inProgress  int // answers 409 in-progress: a duplicate's InFlightWait ran out first
+	unavailable int // answers 503 store-unavailable: the store too slow for a request's budget
 }
 
 // resetRun drives one load against one chaosEnv and records every answer.
@@ -158,6 +159,10 @@ func (r *resetRun) record(k *resetKey, a answer, err error) bool {
 	case http.StatusConflict:
 		if kind == idempotency.ProblemInProgress {
 			k.inProgress++
+		}
+	case http.StatusServiceUnavailable:
+		if kind == idempotency.ProblemStoreUnavailable {
+			k.unavailable++
 		}
 	}
 	return k.settled
@@ -373,7 +378,10 @@ func TestChaos_ConnectionResets_EveryAnswerIsActionableAndNoKeyHasTwoOrders(t *t
 			// once with its original waits InFlightWait for it, and on a
 			// busy machine the original may take longer (seen at a load
 			// average of 19). The duplicate is then told 409 in-progress,
-			// with Retry-After, and retries.
+			// with Retry-After, and retries. And a store the load made too
+			// slow for a request's budget is answered 503
+			// store-unavailable, with Retry-After (seen at a load average
+			// of 24), and retried.
 			control := t.Run("no-resets", func(t *testing.T) {
 				e := newChaosEnv(t, chaosOptions{proxy: true, cfg: cfg})
 				r := newResetRun(e, resetChaosLoad)
@@ -384,8 +392,10 @@ func TestChaos_ConnectionResets_EveryAnswerIsActionableAndNoKeyHasTwoOrders(t *t
 				r.checkOrders(t)
 				r.mu.Lock()
 				defer r.mu.Unlock()
-				answers := slices.DeleteFunc(slices.Sorted(maps.Keys(r.answers)), func(a string) bool { return a == "409 in-progress" })
-				require.Equal(t, []string{"201", "422 unknown-sku"}, answers, "only 201, the planned 422 and a duplicate's 409 in-progress")
+				answers := slices.DeleteFunc(slices.Sorted(maps.Keys(r.answers)), func(a string) bool {
+					return a == "409 in-progress" || a == "503 store-unavailable"
+				})
+				require.Equal(t, []string{"201", "422 unknown-sku"}, answers, "only 201, the planned 422, a duplicate's 409 in-progress and a retryable 503")
 				sends, told := 0, 0
 				for _, k := range r.keys {
 					if !k.settled {
@@ -395,11 +405,11 @@ func TestChaos_ConnectionResets_EveryAnswerIsActionableAndNoKeyHasTwoOrders(t *t
 						t.Errorf("key %s had no duplicate but was answered 409 in-progress ×%d", k.key, k.inProgress)
 					}
 					sends += k.senders
-					told += k.inProgress
+					told += k.inProgress + k.unavailable
 				}
 				retried := int(r.requests.Load()) - sends
 				require.True(t, retried >= 0 && retried <= told,
-					"no request was retried but a duplicate told 409 in-progress: %d retries, %d such answers (%d keys sent %d times)", retried, told, len(r.keys), sends)
+					"no request was retried but one told 409 in-progress or 503: %d retries, %d such answers (%d keys sent %d times)", retried, told, len(r.keys), sends)
 				require.Positive(t, len(r.keys))
 			})
 			if !control {
