@@ -217,14 +217,8 @@ func (s *suite) records(t *testing.T, env *Env, user int64, key string) int {
 // needs the final answer), up to a deadline.
 func asClient(t *testing.T, front Frontend, r Request) Answer {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for try := 1; ; try++ {
-		a := front.Create(context.Background(), r)
-		if !a.retryable() || time.Now().After(deadline) {
-			return a
-		}
-		time.Sleep(20 * time.Millisecond) // a client's pause between tries, not an interleaving
-	}
+	a, _ := resend(front, r, Answer.retryable)
+	return a
 }
 
 // untilStoreAnswers sends r again while the answer is a 503 with
@@ -234,10 +228,18 @@ func asClient(t *testing.T, front Frontend, r Request) Answer {
 // (in progress, say) asks with it.
 func untilStoreAnswers(t *testing.T, front Frontend, r Request) (Answer, int) {
 	t.Helper()
+	return resend(front, r, func(a Answer) bool {
+		return a.Err == nil && a.Status == http.StatusServiceUnavailable && a.RetryAfter
+	})
+}
+
+// resend sends r until again refuses its answer, for up to a minute, and
+// returns the last answer and how many came before it.
+func resend(front Frontend, r Request, again func(Answer) bool) (Answer, int) {
 	deadline := time.Now().Add(60 * time.Second)
 	for n := 0; ; n++ {
 		a := front.Create(context.Background(), r)
-		if a.Err != nil || a.Status != http.StatusServiceUnavailable || !a.RetryAfter || time.Now().After(deadline) {
+		if !again(a) || time.Now().After(deadline) {
 			return a, n
 		}
 		time.Sleep(20 * time.Millisecond) // a client's pause between tries, not an interleaving
