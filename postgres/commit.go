@@ -6,6 +6,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -41,7 +42,7 @@ func OpenDB(cfg pgx.ConnConfig, opts ...stdlib.OptionOpenDB) *sql.DB {
 // one the network cuts before the session is ready is made again at once,
 // a few times. Every other failure returns at once.
 func NewConnector(cfg pgx.ConnConfig, opts ...stdlib.OptionOpenDB) driver.Connector {
-	return connector{stdlib.GetConnector(cfg, opts...)}
+	return connector{Connector: stdlib.GetConnector(cfg, opts...)}
 }
 
 // sendsFinalWithCommit reports whether db's connections come from OpenDB.
@@ -69,6 +70,9 @@ type conn struct {
 	*stdlib.Conn
 	inTx  bool    // a transaction began here and is open
 	final *queued // the INSERT held back for the COMMIT
+
+	pool *adaptive // Open's pool, told when the connection dies; else nil
+	born time.Time // when the session was ready
 }
 
 type queued struct {

@@ -34,15 +34,25 @@ const connectRetries = 3
 
 // connector is the driver.Connector of OpenDB's pools: pgx's, with patience
 // for a full server and a cut connection attempt, and connections that
-// send single-phase's record with the COMMIT (conn).
-type connector struct{ driver.Connector }
+// send single-phase's record with the COMMIT (conn). Open's pool has pool
+// too, which its connections tell when they die (see adaptive).
+type connector struct {
+	driver.Connector
+	pool *adaptive
+}
 
 func (c connector) Connect(ctx context.Context) (driver.Conn, error) {
 	dc, err := c.connect(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return &conn{Conn: dc.(*stdlib.Conn)}, nil
+	return &conn{Conn: dc.(*stdlib.Conn), pool: c.pool, born: time.Now()}, nil
+}
+
+// Close stops the pool's sizing; database/sql calls it from DB.Close.
+func (c connector) Close() error {
+	c.pool.close()
+	return nil
 }
 
 func (c connector) Driver() driver.Driver { return pipelinedDriver{c.Connector.Driver()} }
@@ -53,6 +63,7 @@ func (c connector) Driver() driver.Driver { return pipelinedDriver{c.Connector.D
 func (c connector) connect(ctx context.Context) (driver.Conn, error) {
 	var slotDeadline time.Time
 	for cuts := 0; ; {
+		began := time.Now()
 		dc, err := c.Connector.Connect(ctx)
 		var pause time.Duration
 		switch {
@@ -67,6 +78,7 @@ func (c connector) connect(ctx context.Context) (driver.Conn, error) {
 			}
 			pause = jitter(20 * time.Millisecond)
 		case cutBeforeSession(err) && cuts < connectRetries:
+			c.pool.died(began)
 			cuts++
 			pause = jitter(5 * time.Millisecond)
 		default:

@@ -39,7 +39,10 @@
 // connections wait up to SlotWait for a slot when the server is full
 // (53300), make an attempt the network cut again, and are never handed out
 // dead: a pooled connection the network or the server ended is found by a
-// peek at its socket when database/sql takes it. For more instances, put
+// peek at its socket when database/sql takes it. When connections die, the
+// pool's limit halves (down to 2) and grows back while they live, so that
+// a flapping network does not cost the server a pool of processes at each
+// cut. For more instances, put
 // PgBouncer in front in transaction pooling mode and add
 // default_query_exec_mode=cache_describe to the URL (see the README).
 //

@@ -1,6 +1,10 @@
 package postgres
 
-import "net"
+import (
+	"database/sql"
+	"net"
+	"time"
+)
 
 // PeekState is what ResetSession's peek sees on c: "quiet", "sent", "gone"
 // or "unknown".
@@ -11,3 +15,11 @@ func PeekState(c net.Conn) string {
 // NetConn is the socket of a driver connection from OpenDB's pool (as
 // sql.Conn.Raw hands it out).
 func NetConn(driverConn any) net.Conn { return driverConn.(*conn).Conn.Conn().PgConn().Conn() }
+
+// OpenWithGrowth is Open whose pool grows its limit back by one each time
+// grow is sent on, instead of every growEvery.
+func OpenWithGrowth(dsn string, grow <-chan time.Time) (*sql.DB, error) {
+	pool := newAdaptive()
+	pool.after = func(time.Duration) <-chan time.Time { return grow }
+	return open(dsn, pool)
+}

@@ -28,16 +28,32 @@ const (
 // unasked (most often the FATAL error with which it ends a session:
 // pg_terminate_backend, a shutdown, idle_session_timeout), a ping lets pgx
 // read it.
+//
+// A connection found dead here is reported to Open's pool (adaptive).
 func (c *conn) ResetSession(ctx context.Context) error {
 	switch peek(socket(c.Conn.Conn().PgConn().Conn())) {
 	case peerGone:
+		c.pool.died(c.born)
 		return driver.ErrBadConn
 	case peerSent:
 		if err := c.Conn.Conn().PgConn().Ping(ctx); err != nil {
+			c.pool.died(c.born)
 			return driver.ErrBadConn
 		}
 	}
+	if c.Conn.Conn().IsClosed() { // pgx closed it: a statement met a broken connection
+		c.pool.died(c.born)
+	}
 	return c.Conn.ResetSession(ctx)
+}
+
+// Close reports a connection that pgx closed because it broke, when
+// database/sql closes it without taking it from the pool again.
+func (c *conn) Close() error {
+	if c.Conn.Conn().IsClosed() {
+		c.pool.died(c.born)
+	}
+	return c.Conn.Close()
 }
 
 // socket is the connection under TLS, if any.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/orderguard/idempotency"
 	"github.com/orderguard/idempotency/migrations"
@@ -221,7 +222,11 @@ const MaxConns = 25
 // parameters such as search_path or default_transaction_isolation may be
 // given in it. The pool holds up to MaxConns connections and keeps them
 // open (each new PostgreSQL connection starts a server process), recycling
-// each after 30 minutes. A connection attempt the server refuses for want
+// each after 30 minutes. When connections die (the network cut them, the
+// server ended them), the pool's limit halves, down to 2, and grows back
+// once they live again: a pool whose connections are cut every moment
+// then has few processes to start after each cut (see pool.go and the
+// README). A later SetMaxOpenConns sets the size it grows back to. A connection attempt the server refuses for want
 // of a slot waits up to SlotWait for one (see NewConnector). Open connects
 // once (waiting up to 10s), so a bad DSN or an unreachable server fails
 // here.
@@ -230,15 +235,19 @@ const MaxConns = 25
 // store's own statements are written for it. A handler that needs REPEATABLE
 // READ or SERIALIZABLE raises its own transaction with SET TRANSACTION
 // ISOLATION LEVEL as its first statement (see the package doc).
-func Open(dsn string) (*sql.DB, error) {
+func Open(dsn string) (*sql.DB, error) { return open(dsn, newAdaptive()) }
+
+func open(dsn string, pool *adaptive) (*sql.DB, error) {
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: open: %w", err)
 	}
-	db := OpenDB(*cfg)
+	c := connector{Connector: stdlib.GetConnector(*cfg), pool: pool}
+	db := sql.OpenDB(c)
 	db.SetMaxOpenConns(MaxConns)
 	db.SetMaxIdleConns(MaxConns)
 	db.SetConnMaxLifetime(30 * time.Minute)
+	go c.pool.run(db)
 	ctx, cancel := context.WithTimeout(context.Background(), openTimeout)
 	defer cancel()
 	if err := db.PingContext(ctx); err != nil {

@@ -37,16 +37,24 @@ package main
 // Rerun it and print the numbers:
 //
 //	CI=true IDEMPOTENCY_REQUIRE_PGBOUNCER=1 go test -run TestConnectionResets -v ./examples/server
+//
+// On a machine whose PostgreSQL starts connections fast, set
+// IDEMPOTENCY_RESETS_PG_CONNECT=22ms to see the direct run on a slow one:
+// the PostgreSQL engine's connections then pass through a gate that lets
+// one connection start at a time and holds each for that long first, as a
+// postmaster that starts 45 processes a second does (slowConnects).
 
 import (
 	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -141,10 +149,51 @@ func resetsPostgres(t *testing.T) *resetsEngine {
 	db, dsn := pgtest.Postgres(t)
 	u, err := url.Parse(dsn)
 	require.NoError(t, err)
-	proxy, err := faultproxy.Start(u.Host, faultproxy.WithProtocol(faultproxy.PostgreSQL))
+	name, server := "PostgreSQL", u.Host
+	if cost := os.Getenv("IDEMPOTENCY_RESETS_PG_CONNECT"); cost != "" {
+		d, err := time.ParseDuration(cost)
+		require.NoError(t, err, "IDEMPOTENCY_RESETS_PG_CONNECT")
+		name, server = fmt.Sprintf("PostgreSQL (connections started one at a time, %v each)", d), slowConnects(t, server, d)
+	}
+	proxy, err := faultproxy.Start(server, faultproxy.WithProtocol(faultproxy.PostgreSQL))
 	require.NoError(t, err)
 	u.Host = proxy.Addr()
-	return newResetsEngine(t, "PostgreSQL", db, proxy, u.String())
+	return newResetsEngine(t, name, db, proxy, u.String())
+}
+
+// slowConnects is a gate in front of server: it starts one connection at a
+// time, each cost after the last, and then forwards it as is, as a server
+// that starts a connection's process in cost serves connections. A
+// connection cut while it waits still takes its turn, as the postmaster
+// still starts the process of a client that went away.
+func slowConnects(t *testing.T, server string, cost time.Duration) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ln.Close() })
+	turn := make(chan struct{}, 1)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				turn <- struct{}{}
+				time.Sleep(cost) // the process's start, which the gate models
+				<-turn
+				s, err := net.Dial("tcp", server)
+				if err != nil {
+					return
+				}
+				defer s.Close()
+				go func() { _, _ = io.Copy(s, c); _ = s.Close() }()
+				_, _ = io.Copy(c, s)
+			}()
+		}
+	}()
+	return ln.Addr().String()
 }
 
 // resetsPgBouncer is the example server on a fresh PostgreSQL schema

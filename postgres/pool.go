@@ -1,0 +1,141 @@
+package postgres
+
+import (
+	"database/sql"
+	"sync"
+	"time"
+)
+
+// Open's pool sizes itself by how its connections fare, much as TCP sizes
+// its window: it halves when connections die and grows back while they
+// live. Every connection costs PostgreSQL a server process, and when the
+// network cuts the pool's connections (a flapping link, a failing load
+// balancer) each one the pool holds is a process to start again, while the
+// requests waiting for a connection each dial their own. On a server that
+// starts processes slowly the pool then never refills between cuts
+// (README, "PostgreSQL connections"). So when a connection dies, the
+// pool's limit halves, down to minAdaptiveConns; after growEvery without
+// another death it grows by one, after the next by two, then four, and so
+// on (TCP's slow start after a loss), back to the pool's size. A pool
+// whose connections live stays at its size.
+const (
+	// minAdaptiveConns is the least the limit falls to: a request in its
+	// business transaction may need a second connection for its lease's
+	// heartbeat or a lookup.
+	minAdaptiveConns = 2
+	// growEvery is how long the pool's connections must live for its
+	// limit to grow: with cuts every second or more often it stays near
+	// minAdaptiveConns, and once they stop it is back from 2 to 25 in
+	// five seconds (+1, +2, +4, +8, +16).
+	growEvery = time.Second
+)
+
+// sizer is the pool adaptive sizes: a *sql.DB.
+type sizer interface {
+	Stats() sql.DBStats
+	SetMaxOpenConns(n int)
+	SetMaxIdleConns(n int)
+}
+
+// adaptive decides the limit of one pool. Connections report their deaths
+// to it (died); its loop (run) applies the limit to the pool. The loop, not
+// the reporting connection, calls the pool: database/sql may close a dead
+// connection, which reports, from within SetMaxOpenConns.
+type adaptive struct {
+	now   func() time.Time
+	after func(time.Duration) <-chan time.Time
+
+	mu     sync.Mutex
+	shrunk time.Time // the last death that counted
+	deaths int       // deaths that counted since the loop last looked
+
+	kick     chan struct{} // buffered: deaths > 0
+	stop     chan struct{}
+	stopOnce sync.Once
+	done     chan struct{}
+}
+
+func newAdaptive() *adaptive {
+	return &adaptive{
+		now: time.Now, after: time.After,
+		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
+	}
+}
+
+// died reports that a connection born (connected) at born was found dead:
+// reset, closed by the server, or cut before its session was ready. One cut
+// ends many connections at once and they are found one by one; only a
+// connection born after the last death that counted counts, so a cut
+// halves the limit once, as TCP halves its window once per lost window.
+func (a *adaptive) died(born time.Time) {
+	if a == nil {
+		return
+	}
+	a.mu.Lock()
+	counts := born.After(a.shrunk)
+	if counts {
+		a.shrunk = a.now()
+		a.deaths++
+	}
+	a.mu.Unlock()
+	if counts {
+		select {
+		case a.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// run sizes db until close. db's MaxOpenConnections when run starts is the
+// ceiling; a caller's own SetMaxOpenConns later is the new ceiling (0,
+// unlimited, turns the sizing off until the caller sets a limit again).
+// The idle limit follows the open limit.
+func (a *adaptive) run(db sizer) {
+	defer close(a.done)
+	ceiling := db.Stats().MaxOpenConnections
+	limit, set := ceiling, ceiling
+	quiet := 0 // growth intervals since the last death
+	var grow <-chan time.Time
+	for {
+		select {
+		case <-a.stop:
+			return
+		case <-a.kick:
+			if n := db.Stats().MaxOpenConnections; n != set { // the caller's
+				ceiling, limit, set = n, n, n
+			}
+			a.mu.Lock()
+			deaths := a.deaths
+			a.deaths = 0
+			a.mu.Unlock()
+			for ; deaths > 0 && ceiling > 0; deaths-- {
+				limit = max(min(minAdaptiveConns, ceiling), limit/2)
+				quiet = 0
+			}
+		case <-grow:
+			if n := db.Stats().MaxOpenConnections; n != set {
+				ceiling, limit, set = n, n, n
+			}
+			quiet = min(quiet+1, 16)
+			limit = min(ceiling, limit+1<<(quiet-1))
+		}
+		if limit != set {
+			db.SetMaxOpenConns(limit)
+			db.SetMaxIdleConns(limit)
+			set = limit
+		}
+		grow = nil
+		if limit < ceiling {
+			grow = a.after(growEvery)
+		}
+	}
+}
+
+// close stops the loop; the pool keeps the limit it had.
+func (a *adaptive) close() {
+	if a == nil {
+		return
+	}
+	a.stopOnce.Do(func() { close(a.stop) })
+	<-a.done
+}
