@@ -16,10 +16,16 @@ func PeekState(c net.Conn) string {
 // sql.Conn.Raw hands it out).
 func NetConn(driverConn any) net.Conn { return driverConn.(*conn).Conn.Conn().PgConn().Conn() }
 
-// OpenWithGrowth is Open whose pool grows its limit back by one each time
-// grow is sent on, instead of every growEvery.
-func OpenWithGrowth(dsn string, grow <-chan time.Time) (*sql.DB, error) {
+// OpenWithGrowth is Open whose pool grows its limit back each time grow is
+// sent on, instead of every growEvery; deaths reports how many connection
+// deaths have counted (halved the limit, or would have at 2).
+func OpenWithGrowth(dsn string, grow <-chan time.Time) (db *sql.DB, deaths func() int, err error) {
 	pool := newAdaptive()
 	pool.after = func(time.Duration) <-chan time.Time { return grow }
-	return open(dsn, pool)
+	db, err = open(dsn, pool)
+	return db, func() int {
+		pool.mu.Lock()
+		defer pool.mu.Unlock()
+		return pool.counted
+	}, err
 }

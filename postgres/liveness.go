@@ -31,6 +31,10 @@ const (
 //
 // A connection found dead here is reported to Open's pool (adaptive).
 func (c *conn) ResetSession(ctx context.Context) error {
+	if c.Conn.Conn().IsClosed() { // by pgx: the network or the statement's context ended it
+		c.reportIfEnded()
+		return driver.ErrBadConn
+	}
 	switch peek(socket(c.Conn.Conn().PgConn().Conn())) {
 	case peerGone:
 		c.pool.died(c.born)
@@ -41,19 +45,22 @@ func (c *conn) ResetSession(ctx context.Context) error {
 			return driver.ErrBadConn
 		}
 	}
-	if c.Conn.Conn().IsClosed() { // pgx closed it: a statement met a broken connection
-		c.pool.died(c.born)
-	}
 	return c.Conn.ResetSession(ctx)
 }
 
-// Close reports a connection that pgx closed because it broke, when
-// database/sql closes it without taking it from the pool again.
+// Close reports a connection that broke in use, when database/sql closes
+// it without taking it from the pool again.
 func (c *conn) Close() error {
-	if c.Conn.Conn().IsClosed() {
+	c.reportIfEnded()
+	return c.Conn.Close()
+}
+
+// reportIfEnded reports c to Open's pool if pgx closed it because the
+// network or the server ended it while a statement was using it.
+func (c *conn) reportIfEnded() {
+	if c.pool != nil && c.Conn.Conn().IsClosed() && endedByPeer(c.Conn.Conn().PgConn().Conn()) {
 		c.pool.died(c.born)
 	}
-	return c.Conn.Close()
 }
 
 // socket is the connection under TLS, if any.

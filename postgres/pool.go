@@ -1,9 +1,16 @@
 package postgres
 
 import (
+	"context"
 	"database/sql"
+	"errors"
+	"net"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Open's pool sizes itself by how its connections fare, much as TCP sizes
@@ -45,9 +52,10 @@ type adaptive struct {
 	now   func() time.Time
 	after func(time.Duration) <-chan time.Time
 
-	mu     sync.Mutex
-	shrunk time.Time // the last death that counted
-	deaths int       // deaths that counted since the loop last looked
+	mu      sync.Mutex
+	shrunk  time.Time // the last death that counted
+	deaths  int       // deaths that counted since the loop last looked
+	counted int       // deaths that counted, ever
 
 	kick     chan struct{} // buffered: deaths > 0
 	stop     chan struct{}
@@ -76,6 +84,7 @@ func (a *adaptive) died(born time.Time) {
 	if counts {
 		a.shrunk = a.now()
 		a.deaths++
+		a.counted++
 	}
 	a.mu.Unlock()
 	if counts {
@@ -138,4 +147,59 @@ func (a *adaptive) close() {
 	}
 	a.stopOnce.Do(func() { close(a.stop) })
 	<-a.done
+}
+
+// watch makes dial's connections watched sockets.
+func watch(dial pgconn.DialFunc) pgconn.DialFunc {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &watched{Conn: c}, nil
+	}
+}
+
+// watched is a connection's socket that remembers whether the network or
+// the server ended it: a read or a write met a reset, a broken pipe or the
+// end of the stream. pgx closes a connection whose statement's context
+// ended too, without any of those; that one died of its request, not of
+// the network, and must not shrink the pool (a client that hangs up is not
+// a cut).
+type watched struct {
+	net.Conn
+	ended atomic.Bool
+}
+
+func (w *watched) Read(b []byte) (int, error) {
+	n, err := w.Conn.Read(b)
+	w.see(err)
+	return n, err
+}
+
+func (w *watched) Write(b []byte) (int, error) {
+	n, err := w.Conn.Write(b)
+	w.see(err)
+	return n, err
+}
+
+func (w *watched) see(err error) {
+	if err != nil && cutBeforeSession(err) {
+		w.ended.Store(true)
+	}
+}
+
+// SyscallConn is the socket's, for peek.
+func (w *watched) SyscallConn() (syscall.RawConn, error) {
+	if sc, ok := w.Conn.(syscall.Conn); ok {
+		return sc.SyscallConn()
+	}
+	return nil, errors.ErrUnsupported
+}
+
+// endedByPeer reports whether c's socket is a watched one that the network
+// or the server ended.
+func endedByPeer(c net.Conn) bool {
+	w, ok := socket(c).(*watched)
+	return ok && w.ended.Load()
 }

@@ -25,7 +25,7 @@ func TestOpen_ACutHalvesThePool_OnceLivingConnectionsGrowItBack(t *testing.T) {
 	p := startCutProxy(t, u.Host)
 	u.Host = p.addr
 	grow := make(chan time.Time)
-	db, err := postgres.OpenWithGrowth(u.String(), grow)
+	db, deaths, err := postgres.OpenWithGrowth(u.String(), grow)
 	require.NoError(t, err)
 	defer db.Close()
 	limit := func() int { return db.Stats().MaxOpenConnections }
@@ -40,6 +40,7 @@ func TestOpen_ACutHalvesThePool_OnceLivingConnectionsGrowItBack(t *testing.T) {
 		}
 	}
 	cut()
+	require.Equal(t, 1, deaths(), "four connections died in one cut: one death counts")
 	require.Eventually(t, func() bool { return limit() == postgres.MaxConns/2 }, 10*time.Second, time.Millisecond,
 		"four connections died in one cut: the limit halves once, to %d (is %d)", postgres.MaxConns/2, limit())
 
@@ -48,9 +49,69 @@ func TestOpen_ACutHalvesThePool_OnceLivingConnectionsGrowItBack(t *testing.T) {
 		"a growth interval without a death: one more (is %d)", limit())
 
 	cut()
+	require.Equal(t, 2, deaths(), "the second cut counts once more")
 	want := (postgres.MaxConns/2 + 1) / 2
 	require.Eventually(t, func() bool { return limit() == want }, 10*time.Second, time.Millisecond,
 		"the next cut ends connections made after the first: halved again, to %d (is %d)", want, limit())
+}
+
+// A connection the network cuts while a statement uses it counts as one
+// found dead in the pool does: under load every connection is in use when
+// the cut comes.
+func TestOpen_AConnectionCutInUse_CountsAsADeath(t *testing.T) {
+	t.Parallel()
+	admin, dsn := pgtest.Postgres(t)
+	u, err := url.Parse(dsn)
+	require.NoError(t, err)
+	p := startCutProxy(t, u.Host)
+	u.Host = p.addr
+	db, deaths, err := postgres.OpenWithGrowth(u.String(), make(chan time.Time))
+	require.NoError(t, err)
+	defer db.Close()
+
+	c, err := db.Conn(context.Background())
+	require.NoError(t, err)
+	var pid int
+	require.NoError(t, c.QueryRowContext(context.Background(), "SELECT pg_backend_pid()").Scan(&pid))
+	running := make(chan error, 1)
+	go func() {
+		_, err := c.ExecContext(context.Background(), "SELECT pg_sleep(30)")
+		running <- err
+	}()
+	require.Eventually(t, func() bool { // the statement is running on the server
+		var n int
+		require.NoError(t, admin.QueryRow(`SELECT count(*) FROM pg_stat_activity WHERE pid = $1 AND query LIKE 'SELECT pg_sleep%'`, pid).Scan(&n))
+		return n == 1
+	}, 10*time.Second, 5*time.Millisecond)
+	p.cut()
+	require.Error(t, <-running, "the cut ends the statement")
+	_ = c.Close() // database/sql closed it already, as a broken connection
+	require.Equal(t, 1, deaths(), "the connection the cut ended in use counts")
+}
+
+// A connection pgx closes because its statement's context ended (a client
+// that hung up, a request's deadline) died of its request, not of the
+// network: it does not shrink the pool, or a service whose clients time
+// out under load would lose its connections when it needs them most.
+func TestOpen_AStatementWhoseContextEnded_DoesNotShrinkThePool(t *testing.T) {
+	t.Parallel()
+	_, dsn := pgtest.Postgres(t)
+	db, deaths, err := postgres.OpenWithGrowth(dsn, make(chan time.Time))
+	require.NoError(t, err)
+	defer db.Close()
+	db.SetMaxOpenConns(1) // one connection: the next query takes the closed one from the pool
+
+	pid := func() (pid int) {
+		require.NoError(t, db.QueryRowContext(context.Background(), "SELECT pg_backend_pid()").Scan(&pid))
+		return pid
+	}
+	before := pid()
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	_, err = db.ExecContext(ctx, "SELECT pg_sleep(30)")
+	require.Error(t, err, "the statement outlives its context")
+	require.NotEqual(t, before, pid(), "pgx closed the connection whose statement's context ended: a new one serves the next query")
+	require.Zero(t, deaths(), "a statement's own context ended its connection: no death")
 }
 
 // hold takes n connections from db at once and gives them back.

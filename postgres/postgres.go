@@ -226,8 +226,9 @@ const MaxConns = 25
 // server ended them), the pool's limit halves, down to 2, and grows back
 // once they live again: a pool whose connections are cut every moment
 // then has few processes to start after each cut (see pool.go and the
-// README). A later SetMaxOpenConns sets the size it grows back to. A connection attempt the server refuses for want
-// of a slot waits up to SlotWait for one (see NewConnector). Open connects
+// README). A later SetMaxOpenConns sets the size it grows back to. A
+// connection attempt the server refuses for want of a slot waits up to
+// SlotWait for one (see NewConnector). Open connects
 // once (waiting up to 10s), so a bad DSN or an unreachable server fails
 // here.
 //
@@ -242,6 +243,7 @@ func open(dsn string, pool *adaptive) (*sql.DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("postgres: open: %w", err)
 	}
+	cfg.DialFunc = watch(cfg.DialFunc)
 	c := connector{Connector: stdlib.GetConnector(*cfg), pool: pool}
 	db := sql.OpenDB(c)
 	db.SetMaxOpenConns(MaxConns)
