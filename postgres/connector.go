@@ -78,7 +78,7 @@ func (c connector) connect(ctx context.Context) (driver.Conn, error) {
 			}
 			pause = jitter(20 * time.Millisecond)
 		case cutBeforeSession(err) && cuts < connectRetries:
-			c.pool.died(began)
+			c.pool.died(began, began)
 			cuts++
 			pause = jitter(5 * time.Millisecond)
 		default:

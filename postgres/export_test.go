@@ -29,3 +29,9 @@ func OpenWithGrowth(dsn string, grow <-chan time.Time) (db *sql.DB, deaths func(
 		return pool.counted
 	}, err
 }
+
+// CleanupDone is closed once pgx has finished closing a driver connection
+// from Open's or OpenDB's pool (as sql.Conn.Raw hands it out).
+func CleanupDone(driverConn any) <-chan struct{} {
+	return driverConn.(*conn).Conn.Conn().PgConn().CleanupDone()
+}

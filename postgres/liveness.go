@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql/driver"
 	"net"
+	"time"
 )
 
 // peerState is what a pooled connection's socket says without a round
@@ -31,35 +32,48 @@ const (
 //
 // A connection found dead here is reported to Open's pool (adaptive).
 func (c *conn) ResetSession(ctx context.Context) error {
-	if c.Conn.Conn().IsClosed() { // by pgx: the network or the statement's context ended it
-		c.reportIfEnded()
+	if c.Conn.Conn().IsClosed() { // by pgx: the network, the server or the statement's context ended it
+		c.reportIfEndedByPeer()
 		return driver.ErrBadConn
 	}
 	switch peek(socket(c.Conn.Conn().PgConn().Conn())) {
 	case peerGone:
-		c.pool.died(c.born)
+		c.reportDeath()
 		return driver.ErrBadConn
 	case peerSent:
 		if err := c.Conn.Conn().PgConn().Ping(ctx); err != nil {
-			c.pool.died(c.born)
+			c.reportDeath()
 			return driver.ErrBadConn
 		}
 	}
 	return c.Conn.ResetSession(ctx)
 }
 
-// Close reports a connection that broke in use, when database/sql closes
-// it without taking it from the pool again.
+// IsValid runs when database/sql puts a connection back in the pool: one
+// pgx closed (it broke, or its statement's context ended) is discarded now
+// rather than at its next checkout, and Close reports it.
+func (c *conn) IsValid() bool { return !c.Conn.Conn().IsClosed() }
+
+// Close reports a connection that broke in use.
 func (c *conn) Close() error {
-	c.reportIfEnded()
+	if c.Conn.Conn().IsClosed() {
+		c.reportIfEndedByPeer()
+	}
 	return c.Conn.Close()
 }
 
-// reportIfEnded reports c to Open's pool if pgx closed it because the
-// network or the server ended it while a statement was using it.
-func (c *conn) reportIfEnded() {
-	if c.pool != nil && c.Conn.Conn().IsClosed() && endedByPeer(c.Conn.Conn().PgConn().Conn()) {
-		c.pool.died(c.born)
+// reportIfEndedByPeer reports c, which pgx closed, if the network or the
+// server ended it rather than pgx for a statement whose context ended.
+func (c *conn) reportIfEndedByPeer() {
+	if w := watchedSocket(c.Conn.Conn().PgConn().Conn()); w != nil && w.verdict.Load() == endedByPeer {
+		c.reportDeath()
+	}
+}
+
+// reportDeath tells Open's pool that c died (adaptive.died).
+func (c *conn) reportDeath() {
+	if w := watchedSocket(c.Conn.Conn().PgConn().Conn()); c.pool != nil && w != nil {
+		c.pool.died(c.born, time.Unix(0, w.lastIO.Load()))
 	}
 }
 

@@ -1,10 +1,12 @@
 package postgres
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"errors"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -35,6 +37,9 @@ const (
 	// minAdaptiveConns, and once they stop it is back from 2 to 25 in
 	// five seconds (+1, +2, +4, +8, +16).
 	growEvery = time.Second
+	// idleGrace is how long a connection may have sat idle and still
+	// count when it is found dead.
+	idleGrace = 2 * time.Second
 )
 
 // sizer is the pool adaptive sizes: a *sql.DB.
@@ -70,19 +75,24 @@ func newAdaptive() *adaptive {
 	}
 }
 
-// died reports that a connection born (connected) at born was found dead:
-// reset, closed by the server, or cut before its session was ready. One cut
-// ends many connections at once and they are found one by one; only a
-// connection born after the last death that counted counts, so a cut
-// halves the limit once, as TCP halves its window once per lost window.
-func (a *adaptive) died(born time.Time) {
+// died reports that a connection born (connected) at born, whose socket
+// last carried bytes at lastIO, was found dead: reset, ended by the
+// server, or cut before its session was ready. One cut ends many
+// connections at once and they are found one by one; only a connection
+// born after the last death that counted counts, so a cut halves the
+// limit once, as TCP halves its window once per lost window. A connection
+// that sat idle for over idleGrace before it was found dead does not
+// count: something reaped it while idle (idle_session_timeout, a NAT's or
+// a load balancer's idle timeout), which says nothing of the network now.
+func (a *adaptive) died(born, lastIO time.Time) {
 	if a == nil {
 		return
 	}
 	a.mu.Lock()
-	counts := born.After(a.shrunk)
+	now := a.now()
+	counts := born.After(a.shrunk) && now.Sub(lastIO) <= idleGrace
 	if counts {
-		a.shrunk = a.now()
+		a.shrunk = now
 		a.deaths++
 		a.counted++
 	}
@@ -156,36 +166,58 @@ func watch(dial pgconn.DialFunc) pgconn.DialFunc {
 		if err != nil {
 			return nil, err
 		}
-		return &watched{Conn: c}, nil
+		w := &watched{Conn: c}
+		w.lastIO.Store(time.Now().UnixNano())
+		return w, nil
 	}
 }
 
-// watched is a connection's socket that remembers whether the network or
-// the server ended it: a read or a write met a reset, a broken pipe or the
-// end of the stream. pgx closes a connection whose statement's context
-// ended too, without any of those; that one died of its request, not of
-// the network, and must not shrink the pool (a client that hangs up is not
-// a cut).
+// watched is a connection's socket that remembers how its session ended
+// and when it last carried bytes. The network or the server ended it when
+// the first failure a read or a write met was a reset, a broken pipe or
+// the end of the stream, or the server's last word was a FATAL error that
+// ends sessions (endedByServer). pgx also closes a connection whose
+// statement's context ended: it sets a deadline, which its reads meet
+// first, or sends Terminate and reads until the server closes the stream.
+// That connection died of its request, not of the network, and must not
+// shrink the pool: a client that hangs up is not a cut.
 type watched struct {
 	net.Conn
-	ended atomic.Bool
+	verdict atomic.Int32 // 0 while the session lives, then how it ended
+	lastIO  atomic.Int64 // when a read or a write last moved bytes, in Unix nanoseconds
 }
+
+const (
+	endedByPeer      = 1 // the network or the server
+	endedByThisSide  = 2 // a deadline, a close, a Terminate: pgx's doing
+	terminateMessage = "X\x00\x00\x00\x04"
+)
 
 func (w *watched) Read(b []byte) (int, error) {
 	n, err := w.Conn.Read(b)
-	w.see(err)
+	w.see(n, err)
 	return n, err
 }
 
 func (w *watched) Write(b []byte) (int, error) {
+	if bytes.HasSuffix(b, []byte(terminateMessage)) {
+		w.verdict.CompareAndSwap(0, endedByThisSide)
+	}
 	n, err := w.Conn.Write(b)
-	w.see(err)
+	w.see(n, err)
 	return n, err
 }
 
-func (w *watched) see(err error) {
-	if err != nil && cutBeforeSession(err) {
-		w.ended.Store(true)
+func (w *watched) see(n int, err error) {
+	if n > 0 {
+		w.lastIO.Store(time.Now().UnixNano())
+	}
+	switch {
+	case err == nil:
+	case cutBeforeSession(err):
+		w.verdict.CompareAndSwap(0, endedByPeer)
+	default:
+		w.verdict.CompareAndSwap(0, endedByThisSide)
 	}
 }
 
@@ -197,9 +229,28 @@ func (w *watched) SyscallConn() (syscall.RawConn, error) {
 	return nil, errors.ErrUnsupported
 }
 
-// endedByPeer reports whether c's socket is a watched one that the network
-// or the server ended.
-func endedByPeer(c net.Conn) bool {
-	w, ok := socket(c).(*watched)
-	return ok && w.ended.Load()
+// watchedSocket is c's watched socket, or nil for a pool Open did not make.
+func watchedSocket(c net.Conn) *watched {
+	w, _ := socket(c).(*watched)
+	return w
+}
+
+// endedByServer marks the socket of a connection whose server ended its
+// session with a FATAL error of class 57 (operator intervention: a
+// shutdown, pg_terminate_backend, idle_session_timeout) or 08 (connection
+// exception), before pgx closes it. Open installs it as the connection
+// config's OnPgError, ahead of the caller's or pgx's own.
+func endedByServer(next pgconn.PgErrorHandler) pgconn.PgErrorHandler {
+	return func(pc *pgconn.PgConn, pe *pgconn.PgError) bool {
+		fatal := strings.EqualFold(pe.Severity, "FATAL") || strings.EqualFold(pe.Severity, "PANIC")
+		if fatal && (strings.HasPrefix(pe.Code, "57") || strings.HasPrefix(pe.Code, "08")) {
+			if w := watchedSocket(pc.Conn()); w != nil {
+				w.verdict.CompareAndSwap(0, endedByPeer)
+			}
+		}
+		if next == nil {
+			return !fatal
+		}
+		return next(pc, pe)
+	}
 }

@@ -20,6 +20,7 @@ type fakePool struct {
 	open, idle int
 	sets       []int
 	looked     chan struct{}
+	set        chan int // each limit set, as it is set
 }
 
 func (p *fakePool) Stats() sql.DBStats {
@@ -37,6 +38,7 @@ func (p *fakePool) SetMaxOpenConns(n int) {
 	defer p.mu.Unlock()
 	p.open = n
 	p.sets = append(p.sets, n)
+	p.set <- n
 }
 
 func (p *fakePool) SetMaxIdleConns(n int) {
@@ -70,7 +72,7 @@ type sizing struct {
 }
 
 func newSizing(t *testing.T, ceiling int) *sizing {
-	s := &sizing{adaptive: newAdaptive(), pool: &fakePool{open: ceiling, idle: ceiling, looked: make(chan struct{}, 64)},
+	s := &sizing{adaptive: newAdaptive(), pool: &fakePool{open: ceiling, idle: ceiling, looked: make(chan struct{}, 64), set: make(chan int, 64)},
 		clock: time.Unix(1_800_000_000, 0), armed: make(chan chan time.Time, 16)}
 	s.now = func() time.Time { return s.clock }
 	s.after = func(time.Duration) <-chan time.Time {
@@ -108,13 +110,13 @@ func TestAdaptive_ADeathHalvesTheLimit_OncePerCut(t *testing.T) {
 
 	born := s.tick() // connections made before the cut
 	s.tick()
-	s.died(born) // the cut: the first of its dead found
+	s.died(born, s.clock) // the cut: the first of its dead found
 	s.step(t)
-	s.died(born) // more of the same cut's dead, found later
-	s.died(born)
+	s.died(born, s.clock) // more of the same cut's dead, found later
+	s.died(born, s.clock)
 	later := s.tick() // a connection made after the cut...
 	s.tick()
-	s.died(later) // ...dies in the next cut
+	s.died(later, s.clock) // ...dies in the next cut
 	s.step(t)
 
 	sets, open, idle := s.pool.limits()
@@ -129,7 +131,7 @@ func TestAdaptive_NeverBelowTwo(t *testing.T) {
 	for range 6 {
 		born := s.tick()
 		s.tick()
-		s.died(born)
+		s.died(born, s.clock)
 		s.step(t)
 	}
 	sets, _, _ := s.pool.limits()
@@ -141,7 +143,7 @@ func TestAdaptive_GrowsByOneThenTwoThenFour_BackToTheCeiling(t *testing.T) {
 	s := newSizing(t, 16)
 	born := s.tick()
 	s.tick()
-	s.died(born)
+	s.died(born, s.clock)
 	grow := s.step(t)
 	for range 2 {
 		grow <- s.tick()
@@ -149,18 +151,20 @@ func TestAdaptive_GrowsByOneThenTwoThenFour_BackToTheCeiling(t *testing.T) {
 	}
 	born = s.tick() // a connection made now dies: growth starts over at one
 	s.tick()
-	s.died(born)
+	s.died(born, s.clock)
 	grow = s.step(t)
 	for range 3 {
 		grow <- s.tick()
 		grow = s.step(t)
 	}
 	grow <- s.tick()
-	select {
-	case <-s.armed:
-		t.Fatal("a pool back at its ceiling arms no growth timer")
-	case <-time.After(50 * time.Millisecond):
+	for n := range s.pool.set {
+		if n == 16 {
+			break
+		}
 	}
+	s.close()
+	require.Empty(t, s.armed, "a pool back at its ceiling arms no growth timer")
 	sets, open, idle := s.pool.limits()
 	require.Equal(t, []int{8, 9, 11, 5, 6, 8, 12, 16}, sets,
 		"halved by a death; then, per growEvery without one, one more, two more, four more... up to the ceiling")
@@ -173,14 +177,18 @@ func TestAdaptive_TheCallersOwnLimit_IsTheNewCeiling(t *testing.T) {
 	s.pool.SetByCaller(10)
 	born := s.tick()
 	s.tick()
-	s.died(born)
+	s.died(born, s.clock)
 	grow := s.step(t)
 	for range 2 {
 		grow <- s.tick()
 		grow = s.step(t)
 	}
 	grow <- s.tick()
-	require.Eventually(t, func() bool { _, open, _ := s.pool.limits(); return open == 10 }, 10*time.Second, time.Millisecond)
+	for n := range s.pool.set {
+		if n == 10 {
+			break
+		}
+	}
 	sets, _, _ := s.pool.limits()
 	require.Equal(t, []int{5, 6, 8, 10}, sets, "halved from the caller's 10 and grown back to it, not to 25")
 }
@@ -191,10 +199,26 @@ func TestAdaptive_ACallersUnlimitedPool_IsLeftAlone(t *testing.T) {
 	s.pool.SetByCaller(0)
 	born := s.tick()
 	s.tick()
-	s.died(born)
+	s.died(born, s.clock)
 	<-s.pool.looked // the loop took the death up
 	s.close()       // and finished with it
 	sets, open, _ := s.pool.limits()
 	require.Empty(t, sets, "a pool the caller made unlimited (0) is not sized")
 	require.Zero(t, open)
+}
+
+func TestAdaptive_AConnectionReapedWhileIdle_DoesNotCount(t *testing.T) {
+	s := newSizing(t, 25)
+	<-s.pool.looked // the loop started
+	born := s.tick()
+	s.clock = s.clock.Add(idleGrace + time.Second)
+	s.died(born, born) // idle since it was made: idle_session_timeout, a NAT's timeout
+	require.Zero(t, s.counted, "a connection found dead after sitting idle longer than idleGrace does not count")
+
+	born = s.tick()
+	s.tick()
+	s.died(born, s.clock) // in use just now
+	s.step(t)
+	sets, _, _ := s.pool.limits()
+	require.Equal(t, []int{12}, sets, "one in use when it died counts")
 }

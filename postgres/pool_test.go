@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"net/url"
 	"strconv"
 	"testing"
@@ -85,8 +86,40 @@ func TestOpen_AConnectionCutInUse_CountsAsADeath(t *testing.T) {
 	}, 10*time.Second, 5*time.Millisecond)
 	p.cut()
 	require.Error(t, <-running, "the cut ends the statement")
-	_ = c.Close() // database/sql closed it already, as a broken connection
+	_ = c.Close() // database/sql has closed the broken connection, or closes it now (IsValid)
 	require.Equal(t, 1, deaths(), "the connection the cut ended in use counts")
+}
+
+// A connection the server ends while a statement uses it (a shutdown, a
+// failover, pg_terminate_backend) counts too: pgx reads the FATAL error and
+// closes the socket itself, so no reset ever reaches it.
+func TestOpen_AConnectionTheServerEndsInUse_CountsAsADeath(t *testing.T) {
+	t.Parallel()
+	admin, dsn := pgtest.Postgres(t)
+	db, deaths, err := postgres.OpenWithGrowth(dsn, make(chan time.Time))
+	require.NoError(t, err)
+	defer db.Close()
+
+	c, err := db.Conn(context.Background())
+	require.NoError(t, err)
+	var pid int
+	require.NoError(t, c.QueryRowContext(context.Background(), "SELECT pg_backend_pid()").Scan(&pid))
+	running := make(chan error, 1)
+	go func() {
+		_, err := c.ExecContext(context.Background(), "SELECT pg_sleep(30)")
+		running <- err
+	}()
+	require.Eventually(t, func() bool {
+		var n int
+		require.NoError(t, admin.QueryRow(`SELECT count(*) FROM pg_stat_activity WHERE pid = $1 AND query LIKE 'SELECT pg_sleep%'`, pid).Scan(&n))
+		return n == 1
+	}, 10*time.Second, 5*time.Millisecond, "the statement is running on the server")
+	var ended bool
+	require.NoError(t, admin.QueryRow(`SELECT pg_terminate_backend($1, 10000)`, pid).Scan(&ended))
+	require.True(t, ended)
+	requireSQLState(t, <-running, "57P01")
+	_ = c.Close() // database/sql has closed the broken connection, or closes it now (IsValid)
+	require.Equal(t, 1, deaths(), "the connection the server ended in use counts")
 }
 
 // A connection pgx closes because its statement's context ended (a client
@@ -100,18 +133,33 @@ func TestOpen_AStatementWhoseContextEnded_DoesNotShrinkThePool(t *testing.T) {
 	require.NoError(t, err)
 	defer db.Close()
 	db.SetMaxOpenConns(1) // one connection: the next query takes the closed one from the pool
-
 	pid := func() (pid int) {
 		require.NoError(t, db.QueryRowContext(context.Background(), "SELECT pg_backend_pid()").Scan(&pid))
 		return pid
 	}
 	before := pid()
+
+	// Held as a transaction or a sql.Conn holds it, the connection goes
+	// back to the pool only after pgx has finished closing it: drained
+	// the socket to the server's end of stream.
+	c, err := db.Conn(context.Background())
+	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	_, err = db.ExecContext(ctx, "SELECT pg_sleep(30)")
+	_, err = c.ExecContext(ctx, "SELECT pg_sleep(30)")
 	require.Error(t, err, "the statement outlives its context")
+	require.NoError(t, c.Raw(func(dc any) error {
+		select {
+		case <-postgres.CleanupDone(dc):
+			return nil
+		case <-time.After(30 * time.Second):
+			return errors.New("pgx never finished closing the connection")
+		}
+	}))
+	require.NoError(t, c.Close())
+
 	require.NotEqual(t, before, pid(), "pgx closed the connection whose statement's context ended: a new one serves the next query")
-	require.Zero(t, deaths(), "a statement's own context ended its connection: no death")
+	require.Zero(t, deaths(), "a statement's own context ended its connection: no death, though the server then closed the socket")
 }
 
 // hold takes n connections from db at once and gives them back.

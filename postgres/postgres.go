@@ -225,8 +225,11 @@ const MaxConns = 25
 // each after 30 minutes. When connections die (the network cut them, the
 // server ended them), the pool's limit halves, down to 2, and grows back
 // once they live again: a pool whose connections are cut every moment
-// then has few processes to start after each cut (see pool.go and the
-// README). A later SetMaxOpenConns sets the size it grows back to. A
+// then has few processes to start after each cut (README, "PostgreSQL
+// connections"). A connection pgx closed because its statement's context
+// ended, or one reaped while idle, is not such a death. A SetMaxOpenConns
+// of the caller's sets the size the pool grows back to, once the pool
+// next adjusts; the idle limit follows the open limit. A
 // connection attempt the server refuses for want of a slot waits up to
 // SlotWait for one (see NewConnector). Open connects
 // once (waiting up to 10s), so a bad DSN or an unreachable server fails
@@ -244,6 +247,7 @@ func open(dsn string, pool *adaptive) (*sql.DB, error) {
 		return nil, fmt.Errorf("postgres: open: %w", err)
 	}
 	cfg.DialFunc = watch(cfg.DialFunc)
+	cfg.OnPgError = endedByServer(cfg.OnPgError)
 	c := connector{Connector: stdlib.GetConnector(*cfg), pool: pool}
 	db := sql.OpenDB(c)
 	db.SetMaxOpenConns(MaxConns)
