@@ -105,6 +105,36 @@ func (s *sizing) step(t *testing.T) chan time.Time {
 	}
 }
 
+// cut kills a connection made before it and waits for the loop's step;
+// it returns the step's growth timer.
+func (s *sizing) cut(t *testing.T) chan time.Time {
+	t.Helper()
+	born := s.tick()
+	s.tick()
+	s.died(born, s.clock)
+	return s.step(t)
+}
+
+// quiet lets n growth intervals pass without a death, each a step of the
+// loop's, and returns the last step's growth timer.
+func (s *sizing) quiet(t *testing.T, grow chan time.Time, n int) chan time.Time {
+	t.Helper()
+	for range n {
+		grow <- s.tick()
+		grow = s.step(t)
+	}
+	return grow
+}
+
+// awaitSet waits until the loop sets the pool's limit to n.
+func (s *sizing) awaitSet(n int) {
+	for got := range s.pool.set {
+		if got == n {
+			return
+		}
+	}
+}
+
 func TestAdaptive_ADeathHalvesTheLimit_OncePerCut(t *testing.T) {
 	s := newSizing(t, 25)
 
@@ -129,10 +159,7 @@ func TestAdaptive_ADeathHalvesTheLimit_OncePerCut(t *testing.T) {
 func TestAdaptive_NeverBelowTwo(t *testing.T) {
 	s := newSizing(t, 25)
 	for range 6 {
-		born := s.tick()
-		s.tick()
-		s.died(born, s.clock)
-		s.step(t)
+		s.cut(t)
 	}
 	sets, _, _ := s.pool.limits()
 	require.Equal(t, []int{12, 6, 3, 2}, sets,
@@ -141,28 +168,10 @@ func TestAdaptive_NeverBelowTwo(t *testing.T) {
 
 func TestAdaptive_GrowsByOneThenTwoThenFour_BackToTheCeiling(t *testing.T) {
 	s := newSizing(t, 16)
-	born := s.tick()
-	s.tick()
-	s.died(born, s.clock)
-	grow := s.step(t)
-	for range 2 {
-		grow <- s.tick()
-		grow = s.step(t)
-	}
-	born = s.tick() // a connection made now dies: growth starts over at one
-	s.tick()
-	s.died(born, s.clock)
-	grow = s.step(t)
-	for range 3 {
-		grow <- s.tick()
-		grow = s.step(t)
-	}
+	s.quiet(t, s.cut(t), 2)
+	grow := s.quiet(t, s.cut(t), 3) // growth starts over at one after a death
 	grow <- s.tick()
-	for n := range s.pool.set {
-		if n == 16 {
-			break
-		}
-	}
+	s.awaitSet(16)
 	s.close()
 	require.Empty(t, s.armed, "a pool back at its ceiling arms no growth timer")
 	sets, open, idle := s.pool.limits()
@@ -175,20 +184,9 @@ func TestAdaptive_GrowsByOneThenTwoThenFour_BackToTheCeiling(t *testing.T) {
 func TestAdaptive_TheCallersOwnLimit_IsTheNewCeiling(t *testing.T) {
 	s := newSizing(t, 25)
 	s.pool.SetByCaller(10)
-	born := s.tick()
-	s.tick()
-	s.died(born, s.clock)
-	grow := s.step(t)
-	for range 2 {
-		grow <- s.tick()
-		grow = s.step(t)
-	}
+	grow := s.quiet(t, s.cut(t), 2)
 	grow <- s.tick()
-	for n := range s.pool.set {
-		if n == 10 {
-			break
-		}
-	}
+	s.awaitSet(10)
 	sets, _, _ := s.pool.limits()
 	require.Equal(t, []int{5, 6, 8, 10}, sets, "halved from the caller's 10 and grown back to it, not to 25")
 }

@@ -70,20 +70,7 @@ func TestOpen_AConnectionCutInUse_CountsAsADeath(t *testing.T) {
 	require.NoError(t, err)
 	defer db.Close()
 
-	c, err := db.Conn(context.Background())
-	require.NoError(t, err)
-	var pid int
-	require.NoError(t, c.QueryRowContext(context.Background(), "SELECT pg_backend_pid()").Scan(&pid))
-	running := make(chan error, 1)
-	go func() {
-		_, err := c.ExecContext(context.Background(), "SELECT pg_sleep(30)")
-		running <- err
-	}()
-	require.Eventually(t, func() bool { // the statement is running on the server
-		var n int
-		require.NoError(t, admin.QueryRow(`SELECT count(*) FROM pg_stat_activity WHERE pid = $1 AND query LIKE 'SELECT pg_sleep%'`, pid).Scan(&n))
-		return n == 1
-	}, 10*time.Second, 5*time.Millisecond)
+	c, _, running := sleepOn(t, db, admin)
 	p.cut()
 	require.Error(t, <-running, "the cut ends the statement")
 	_ = c.Close() // database/sql has closed the broken connection, or closes it now (IsValid)
@@ -100,20 +87,7 @@ func TestOpen_AConnectionTheServerEndsInUse_CountsAsADeath(t *testing.T) {
 	require.NoError(t, err)
 	defer db.Close()
 
-	c, err := db.Conn(context.Background())
-	require.NoError(t, err)
-	var pid int
-	require.NoError(t, c.QueryRowContext(context.Background(), "SELECT pg_backend_pid()").Scan(&pid))
-	running := make(chan error, 1)
-	go func() {
-		_, err := c.ExecContext(context.Background(), "SELECT pg_sleep(30)")
-		running <- err
-	}()
-	require.Eventually(t, func() bool {
-		var n int
-		require.NoError(t, admin.QueryRow(`SELECT count(*) FROM pg_stat_activity WHERE pid = $1 AND query LIKE 'SELECT pg_sleep%'`, pid).Scan(&n))
-		return n == 1
-	}, 10*time.Second, 5*time.Millisecond, "the statement is running on the server")
+	c, pid, running := sleepOn(t, db, admin)
 	var ended bool
 	require.NoError(t, admin.QueryRow(`SELECT pg_terminate_backend($1, 10000)`, pid).Scan(&ended))
 	require.True(t, ended)
@@ -160,6 +134,27 @@ func TestOpen_AStatementWhoseContextEnded_DoesNotShrinkThePool(t *testing.T) {
 
 	require.NotEqual(t, before, pid(), "pgx closed the connection whose statement's context ended: a new one serves the next query")
 	require.Zero(t, deaths(), "a statement's own context ended its connection: no death, though the server then closed the socket")
+}
+
+// sleepOn takes a connection from db and runs a long statement on it;
+// once the server (admin's) shows it running, it returns the connection,
+// its backend's pid and where the statement's error will come.
+func sleepOn(t *testing.T, db, admin *sql.DB) (c *sql.Conn, pid int, running <-chan error) {
+	t.Helper()
+	c, err := db.Conn(context.Background())
+	require.NoError(t, err)
+	require.NoError(t, c.QueryRowContext(context.Background(), "SELECT pg_backend_pid()").Scan(&pid))
+	ended := make(chan error, 1)
+	go func() {
+		_, err := c.ExecContext(context.Background(), "SELECT pg_sleep(30)")
+		ended <- err
+	}()
+	require.Eventually(t, func() bool {
+		var n int
+		require.NoError(t, admin.QueryRow(`SELECT count(*) FROM pg_stat_activity WHERE pid = $1 AND query LIKE 'SELECT pg_sleep%'`, pid).Scan(&n))
+		return n == 1
+	}, 10*time.Second, 5*time.Millisecond, "the statement is running on the server")
+	return c, pid, ended
 }
 
 // hold takes n connections from db at once and gives them back.
