@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -12,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -31,6 +33,8 @@ type Bouncer struct {
 	// throughout, and for checks that must not pass through the bouncer.
 	Direct pgx.ConnConfig
 	Role   string
+
+	proc *bouncerProc
 }
 
 // PgBouncer starts PgBouncer (Debian's pgbouncer package) in poolMode
@@ -104,19 +108,15 @@ max_client_conn = 400
 	if os.Getuid() == 0 {
 		args = []string{"-u", "nobody", ini} // PgBouncer refuses to run as root
 	}
-	var out lockedBuffer
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
+	proc := &bouncerProc{t: t, bin: bin, args: args}
+	exited, err := proc.start()
+	if err != nil {
 		t.Fatalf("pgtest: start pgbouncer: %v", err)
 	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
 	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
+		proc.stop()
 		if t.Failed() {
-			t.Logf("pgbouncer's log:\n%s", out.String())
+			t.Logf("pgbouncer's log:\n%s", proc.out.String())
 		}
 	})
 
@@ -125,7 +125,7 @@ max_client_conn = 400
 	for {
 		select {
 		case <-exited:
-			t.Fatalf("pgtest: pgbouncer exited: %s", out.String())
+			t.Fatalf("pgtest: pgbouncer exited: %s", proc.out.String())
 		default:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -137,14 +137,125 @@ max_client_conn = 400
 		}
 		cancel()
 		if time.Now().After(deadline) {
-			t.Fatalf("pgtest: pgbouncer does not answer within 15s: %v\n%s", err, out.String())
+			t.Fatalf("pgtest: pgbouncer does not answer within 15s: %v\n%s", err, proc.out.String())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 
 	direct := cfg.Copy()
 	direct.User = role
-	return Bouncer{URL: bouncerURL, Direct: *direct, Role: role}
+	proc.supervise()
+	return Bouncer{URL: bouncerURL, Direct: *direct, Role: role, proc: proc}
+}
+
+// Crashes is how many times PgBouncer exited on its own and was started
+// again.
+func (b Bouncer) Crashes() int {
+	b.proc.mu.Lock()
+	defer b.proc.mu.Unlock()
+	return b.proc.crashes
+}
+
+// bouncerProc runs PgBouncer and, once supervised, starts it again on the
+// same port when it exits on its own, as a service manager would
+// (systemd's Restart=on-failure). Debian's PgBouncer 1.18 can exit with
+// "FATAL ... disconnect_client(): bad client state: 0" when a cancel
+// request's client connection ends before PgBouncer has forwarded it
+// (pgbouncer/pgbouncer#801, fixed in a later release); pgx sends one for
+// every connection it closes after an error, and a spec that cuts
+// connections cuts those too. Each crash is logged to the test with the
+// log's last line.
+type bouncerProc struct {
+	t    testing.TB
+	bin  string
+	args []string
+	out  lockedBuffer
+
+	mu         sync.Mutex
+	cmd        *exec.Cmd
+	exited     chan struct{}
+	handled    chan struct{} // the exited process a restart was made for
+	supervised bool
+	stopping   bool
+	crashes    int
+}
+
+// start starts PgBouncer and returns a channel closed when it exits.
+func (p *bouncerProc) start() (<-chan struct{}, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopping {
+		return nil, errors.New("the test has ended")
+	}
+	cmd := exec.Command(p.bin, p.args...)
+	cmd.Stdout, cmd.Stderr = &p.out, &p.out
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	exited := make(chan struct{})
+	p.cmd, p.exited = cmd, exited
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+		p.exitedOnItsOwn(exited)
+	}()
+	return exited, nil
+}
+
+// supervise starts restarting PgBouncer when it exits on its own; before
+// it, an exit fails PgBouncer's start.
+func (p *bouncerProc) supervise() {
+	p.mu.Lock()
+	p.supervised = true
+	exited := p.exited
+	p.mu.Unlock()
+	select {
+	case <-exited:
+		p.exitedOnItsOwn(exited)
+	default:
+	}
+}
+
+// maxBouncerCrashes bounds the restarts: a PgBouncer that cannot start at
+// all must not be started again for the rest of the test.
+const maxBouncerCrashes = 10
+
+// exitedOnItsOwn starts PgBouncer again after the process behind exited
+// ended, once per process, unless the test is stopping it.
+func (p *bouncerProc) exitedOnItsOwn(exited chan struct{}) {
+	p.mu.Lock()
+	if p.stopping || !p.supervised || p.exited != exited || p.handled == exited {
+		p.mu.Unlock()
+		return
+	}
+	p.handled = exited
+	p.crashes++
+	n := p.crashes
+	p.mu.Unlock()
+	last := lastLine(p.out.String())
+	if n > maxBouncerCrashes {
+		p.t.Logf("pgtest: pgbouncer exited on its own %d times, not starting it again; its last line: %s", n, last)
+		return
+	}
+	p.t.Logf("pgtest: pgbouncer exited on its own (crash %d), starting it again; its last line: %s", n, last)
+	if _, err := p.start(); err != nil {
+		p.t.Logf("pgtest: start pgbouncer again: %v", err)
+	}
+}
+
+// stop ends PgBouncer for good.
+func (p *bouncerProc) stop() {
+	p.mu.Lock()
+	p.stopping = true
+	cmd, exited := p.cmd, p.exited
+	p.mu.Unlock()
+	_ = cmd.Process.Kill()
+	<-exited
+}
+
+func lastLine(s string) string {
+	s = strings.TrimRight(s, "\n")
+	return s[strings.LastIndexByte(s, '\n')+1:]
 }
 
 // lockedBuffer is a bytes.Buffer that a process writes and a test reads.
