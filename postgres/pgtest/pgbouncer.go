@@ -184,6 +184,10 @@ type bouncerProc struct {
 func (p *bouncerProc) start() (<-chan struct{}, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	return p.startLocked()
+}
+
+func (p *bouncerProc) startLocked() (<-chan struct{}, error) {
 	if p.stopping {
 		return nil, errors.New("the test has ended")
 	}
@@ -221,24 +225,24 @@ func (p *bouncerProc) supervise() {
 const maxBouncerCrashes = 10
 
 // exitedOnItsOwn starts PgBouncer again after the process behind exited
-// ended, once per process, unless the test is stopping it.
+// ended, once per process, unless the test is stopping it. It holds mu
+// throughout, so that nothing is logged once stop has begun (a log after
+// the test ends panics).
 func (p *bouncerProc) exitedOnItsOwn(exited chan struct{}) {
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	if p.stopping || !p.supervised || p.exited != exited || p.handled == exited {
-		p.mu.Unlock()
 		return
 	}
 	p.handled = exited
 	p.crashes++
-	n := p.crashes
-	p.mu.Unlock()
 	last := lastLine(p.out.String())
-	if n > maxBouncerCrashes {
-		p.t.Logf("pgtest: pgbouncer exited on its own %d times, not starting it again; its last line: %s", n, last)
+	if p.crashes > maxBouncerCrashes {
+		p.t.Logf("pgtest: pgbouncer exited on its own %d times, not starting it again; its last line: %s", p.crashes, last)
 		return
 	}
-	p.t.Logf("pgtest: pgbouncer exited on its own (crash %d), starting it again; its last line: %s", n, last)
-	if _, err := p.start(); err != nil {
+	p.t.Logf("pgtest: pgbouncer exited on its own (crash %d), starting it again; its last line: %s", p.crashes, last)
+	if _, err := p.startLocked(); err != nil {
 		p.t.Logf("pgtest: start pgbouncer again: %v", err)
 	}
 }
