@@ -97,6 +97,14 @@ type Config struct {
 	// only.
 	ScopeFunc func(*http.Request) (string, error)
 
+	// Operation declares the action's identity (its route and the
+	// parameters that count) once for every front-end that shares this
+	// Middleware: see Operation. With it set, Fingerprint and
+	// FingerprintFunc must not be. Defaults to none: the fingerprint is
+	// Fingerprint's or FingerprintFunc's, and other front-ends declare
+	// their own.
+	Operation *Operation
+
 	// Fingerprint selects what the default fingerprint covers. Ignored when
 	// FingerprintFunc is set. Defaults to method, canonical route and the
 	// whole body.
@@ -179,6 +187,9 @@ func (c Config) withDefaults() Config {
 	if c.ReplayCacheBytes == 0 {
 		c.ReplayCacheBytes = 8 << 20
 	}
+	if c.Route == "" && c.Operation != nil {
+		c.Route = c.Operation.Name
+	}
 	if c.Route == "" {
 		c.Route = "default"
 	}
@@ -250,6 +261,8 @@ func DefaultIsFinal(status int) bool {
 
 func (c Config) validate() error {
 	switch {
+	case c.Operation != nil && (c.FingerprintFunc != nil || len(c.Fingerprint.Fields)+len(c.Fingerprint.IgnoreFields) > 0 || c.Fingerprint.RouteFunc != nil):
+		return errors.New("idempotency: Operation declares the fingerprint: leave Fingerprint and FingerprintFunc unset")
 	case c.MaxKeyLength < 1 || c.MaxKeyLength > maxKeyBytes:
 		return fmt.Errorf("idempotency: MaxKeyLength %d: want 1..%d, the most the schema stores", c.MaxKeyLength, maxKeyBytes)
 	case c.MaxBodyBytes < 0:

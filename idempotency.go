@@ -18,6 +18,7 @@ type Middleware struct {
 	store         Store
 	cfg           Config
 	fingerprint   FingerprintFunc
+	op            *operation // Config.Operation made ready
 	replayHeaders []string
 	inflight      inflight
 	cache         *replayCache
@@ -41,6 +42,13 @@ func New(store Store, cfg *Config) (*Middleware, error) {
 		return nil, err
 	}
 	m := &Middleware{store: store, cfg: c, fingerprint: c.FingerprintFunc}
+	if c.Operation != nil {
+		op, err := newOperation(*c.Operation)
+		if err != nil {
+			return nil, err
+		}
+		m.op, m.fingerprint = op, op.fingerprintRequest
+	}
 	if m.fingerprint == nil {
 		m.fingerprint = NewFingerprint(c.Fingerprint)
 	}

@@ -198,9 +198,9 @@ func TestStaleHolder_FinishAfterTakeover_RollsBackItsOrder(t *testing.T) {
 
 			storeA := idempotency.NewMySQLStore(aDB)
 			body := `{"user_id":7,"sku_id":20001,"quantity":1}`
-			fp, err := idempotency.NewFingerprint(idempotency.FingerprintConfig{
-				Fields: []string{"user_id", "sku_id", "quantity", "coupon_id"},
-			})(jsonRequest(http.MethodPost, "/orders", body), []byte(body))
+			op, err := idempotency.New(storeA, &idempotency.Config{Operation: &orderservice.CreateOperation})
+			require.NoError(t, err)
+			fp, err := op.FingerprintJSON([]byte(body))
 			require.NoError(t, err)
 
 			// A: claim with a short lease, begin, read the record (so its

@@ -215,8 +215,8 @@ func (s *suite) unreachable(t *testing.T) {
 func (s *suite) crashed(t *testing.T) {
 	user, key := s.user(), "crashed"
 	r := create(user, key, 1)
-	fp, err := idempotency.NewJSONFingerprint(idempotency.FingerprintConfig{Fields: orderservice.CreateFields})(
-		"POST", "/orders", fmt.Appendf(nil, `{"user_id":%d,"sku_id":%d,"quantity":%d}`, r.User, r.SKU, r.Quantity))
+	fp, err := s.env.Service.Middleware("create_order").FingerprintJSON(
+		fmt.Appendf(nil, `{"user_id":%d,"sku_id":%d,"quantity":%d}`, r.User, r.SKU, r.Quantity))
 	require.NoError(t, err)
 	ctx := context.Background()
 	scope := strconv.FormatInt(user, 10)

@@ -43,18 +43,25 @@ type Method struct {
 	Scope func(ctx context.Context) (string, error)
 
 	// Fingerprint selects the request message's fields that make it the
-	// same action (see Fingerprint). Defaults to every field.
+	// same action (see Fingerprint). Defaults to every field. Leave it
+	// unset when the Middleware declares an idempotency.Operation: the
+	// operation's field lists apply.
 	Fingerprint idempotency.FingerprintConfig
 
 	// Route is the HTTP method and route of the same action, "POST
 	// /orders": the fingerprint is the HTTP route's for the same business
-	// fields, so one action is one action over both. Defaults to "POST"
-	// and the method's full name.
+	// fields, so one action is one action over both. Defaults to the
+	// Route of the Middleware's idempotency.Operation, where the
+	// message's fields of the route's path parameters fill them in
+	// (CancelOrder {order_no: "X"} is POST /orders/X/cancel); without
+	// one, to "POST" and the method's full name. Leave it unset when the
+	// Middleware declares an Operation.
 	Route string
 
 	// OKStatus is the HTTP status recorded for a call answered OK: the
 	// status the HTTP route of the same action answers (201 for a create),
-	// so that its replay over HTTP is that route's. Defaults to 200.
+	// so that its replay over HTTP is that route's. Defaults to the
+	// Middleware's Operation.Status, else 200.
 	OKStatus int
 
 	// NewResponse returns an empty response message, into which a replay
@@ -104,6 +111,17 @@ func newMethod(name string, m Method) (*method, error) {
 	rm := &method{Method: m, name: name, cfg: m.Middleware.Config(), fingerprint: idempotency.NewJSONFingerprint(m.Fingerprint)}
 	if rm.Scope == nil {
 		rm.Scope = func(context.Context) (string, error) { return "", nil }
+	}
+	if op := rm.cfg.Operation; op != nil {
+		// The action is declared once, on the Middleware: the method
+		// translates its request into the operation's parameters.
+		if m.Route != "" || len(m.Fingerprint.Fields)+len(m.Fingerprint.IgnoreFields) > 0 {
+			return nil, fmt.Errorf("idemgrpc: method %s: its Middleware declares the action (Operation %q): leave Method.Route and Method.Fingerprint unset", name, op.Route)
+		}
+		rm.fingerprint = func(_, _ string, params []byte) (string, error) { return m.Middleware.FingerprintJSON(params) }
+		if rm.OKStatus == 0 {
+			rm.OKStatus = op.Status
+		}
 	}
 	if rm.OKStatus == 0 {
 		rm.OKStatus = http.StatusOK

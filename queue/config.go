@@ -56,13 +56,17 @@ type Config struct {
 
 	// Route is the HTTP method and route of the same action, "POST
 	// /orders": the fingerprint is the HTTP route's for the same
-	// business fields (idempotency.NewJSONFingerprint). Defaults to
-	// "POST /" and the source's name given to New.
+	// business fields (idempotency.NewJSONFingerprint). Defaults to the
+	// Route of the Middleware's idempotency.Operation, whose path
+	// parameters the payload's members of the same names fill in;
+	// without one, to "POST /" and the source's name given to New. Leave
+	// it unset when the Middleware declares an Operation.
 	Route string
 
 	// Fingerprint selects the payload's JSON fields that make two
 	// messages the same action, as the HTTP route's. Defaults to the
-	// whole payload.
+	// Middleware's Operation's field lists, else the whole payload.
+	// Leave it unset when the Middleware declares an Operation.
 	Fingerprint idempotency.FingerprintConfig
 
 	// FingerprintFunc replaces the JSON fingerprint, for payloads that are
@@ -153,7 +157,9 @@ func (c Config) withDefaults(source string) Config {
 			return v, nil
 		}
 	}
-	if c.Route == "" {
+	if c.Route == "" && c.Middleware != nil && c.Middleware.Config().Operation != nil {
+		c.Route = c.Middleware.Config().Operation.Route
+	} else if c.Route == "" {
 		c.Route = "POST /" + source
 	}
 	if c.MaxDeliveries == 0 {
@@ -195,6 +201,12 @@ func (c Config) validate() error {
 		return errors.New("queue: RetryDelay and Backoff must not be negative, and Backoff.Max not below Backoff.Initial")
 	case c.BatchSize < 1 || c.Workers < 1:
 		return errors.New("queue: BatchSize and Workers must be at least 1")
+	}
+	if c.Middleware != nil && c.Middleware.Config().Operation != nil {
+		op := c.Middleware.Config().Operation
+		if c.Route != op.Route || len(c.Fingerprint.Fields)+len(c.Fingerprint.IgnoreFields) > 0 {
+			return fmt.Errorf("queue: the Middleware declares the action (Operation %q): leave Route and Fingerprint unset", op.Route)
+		}
 	}
 	verb, route, ok := strings.Cut(c.Route, " ")
 	if !ok || verb == "" || !strings.HasPrefix(route, "/") {

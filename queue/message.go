@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"time"
 )
@@ -64,6 +65,13 @@ type Delivery interface {
 	// Reply publishes r to the message's ReplyTo.
 	Reply(ctx context.Context, r Reply) error
 }
+
+// ErrUndeliverable is wrapped by a Delivery's Reply when the broker refuses
+// the reply for good (a reply subject it cannot publish to, a reply queue
+// that no longer exists): delivering the message again cannot change that,
+// so the message is settled as decided and the lost reply logged and
+// counted (Settlement.ReplyErr).
+var ErrUndeliverable = errors.New("queue: the broker refuses it permanently")
 
 // Reply is the answer to a message that asked for one: what the HTTP
 // route of the same action answers, as a message.

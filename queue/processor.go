@@ -35,6 +35,10 @@ func New(source string, cfg Config) (*Processor, error) {
 	p.method, p.route, _ = strings.Cut(cfg.Route, " ")
 	if p.mw != nil {
 		p.maxBody, p.isFinal = p.mw.Config().MaxBodyBytes, p.mw.Config().IsFinalFunc
+		if p.mw.Config().Operation != nil {
+			// The action as declared once: the payload is its parameters.
+			p.fingerprint = func(_, _ string, params []byte) (string, error) { return p.mw.FingerprintJSON(params) }
+		}
 	}
 	return p, nil
 }

@@ -23,6 +23,20 @@ import (
 // whitelist DTO: only what changes the order counts.
 var CreateFields = []string{"user_id", "sku_id", "quantity", "coupon_id"}
 
+// The service's actions, each declared once: the HTTP routes, the gRPC
+// methods and the queue consumers share the Middleware that carries it, so
+// one key is one action whichever transport carries it.
+var (
+	// CreateOperation is POST /orders: the order's fields (CreateFields),
+	// answered 201.
+	CreateOperation = idempotency.Operation{Name: "create_order", Route: "POST /orders", Fields: CreateFields, Status: http.StatusCreated}
+	// CancelOperation is POST /orders/{order_no}/cancel: the order number
+	// is the action (a gRPC CancelOrder's order_no, a message's).
+	CancelOperation = idempotency.Operation{Name: "cancel_order", Route: "POST /orders/{order_no}/cancel"}
+	// PayOperation is POST /orders/{order_no}/pay.
+	PayOperation = idempotency.Operation{Name: "pay_order", Route: "POST /orders/{order_no}/pay"}
+)
+
 // Reply is the answer of an operation: an HTTP status with an order, or a
 // problem. Other transports map the status and problem kind to their own.
 type Reply struct {

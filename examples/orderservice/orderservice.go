@@ -73,8 +73,8 @@ type Options struct {
 	// SQLite runs too.
 	Dialect string
 
-	// Config is the base middleware configuration; Route and Fingerprint
-	// are set per route.
+	// Config is the base middleware configuration; Route and Operation
+	// are set per route (CreateOperation and the others).
 	Config idempotency.Config
 
 	// HandlerDelay is an artificial delay inside the create transaction.
@@ -165,15 +165,15 @@ func New(db *sql.DB, opts Options) (*Service, error) {
 		return nil, err
 	}
 	s := &Service{db: db, opts: opts, sql: st, mux: http.NewServeMux(), middleware: map[string]*idempotency.Middleware{}}
-	create, err := s.protect("create_order", idempotency.FingerprintConfig{Fields: CreateFields}, s.createOrder)
+	create, err := s.protect(CreateOperation, s.createOrder)
 	if err != nil {
 		return nil, err
 	}
-	cancel, err := s.protect("cancel_order", idempotency.FingerprintConfig{}, s.transition(idempotency.OrderCreated, idempotency.OrderCanceled))
+	cancel, err := s.protect(CancelOperation, s.transition(idempotency.OrderCreated, idempotency.OrderCanceled))
 	if err != nil {
 		return nil, err
 	}
-	pay, err := s.protect("pay_order", idempotency.FingerprintConfig{}, s.transition(idempotency.OrderCreated, idempotency.OrderPaid))
+	pay, err := s.protect(PayOperation, s.transition(idempotency.OrderCreated, idempotency.OrderPaid))
 	if err != nil {
 		return nil, err
 	}
@@ -228,21 +228,21 @@ func (s *Service) getOrder(w http.ResponseWriter, r *http.Request) {
 
 // protect wraps a write handler with the idempotency middleware, or, with
 // idempotency off, with a plain transaction per request.
-func (s *Service) protect(route string, fp idempotency.FingerprintConfig, h txHandler) (http.Handler, error) {
+func (s *Service) protect(op idempotency.Operation, h txHandler) (http.Handler, error) {
 	if !s.opts.Idempotency {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			s.Unprotected(r.Context(), func(tx *sql.Tx) Reply { return h(r.Context(), tx, r) }).Write(w)
 		}), nil
 	}
 	cfg := s.opts.Config
-	cfg.Route = route
-	cfg.Fingerprint = fp
+	cfg.Route = op.Name
+	cfg.Operation = &op
 	cfg.ScopeFunc = principalScope
 	mw, err := idempotency.New(s.opts.Store, &cfg)
 	if err != nil {
 		return nil, err
 	}
-	s.middleware[route] = mw
+	s.middleware[op.Name] = mw
 	return mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tx, _ := idempotency.TxFromContext(r.Context())
 		h(r.Context(), tx, r).Write(w)
@@ -337,6 +337,19 @@ func (s *Service) CreateFromHTTP(r *http.Request) Reply {
 		return failure(idempotency.ErrNoTransaction)
 	}
 	return s.createOrder(r.Context(), tx, r)
+}
+
+// CancelFromHTTP is POST /orders/{order_no}/cancel inside the middleware,
+// for any framework's handler: the order orderNo (the framework's path
+// parameter) canceled by Transition in the record's transaction, for r's
+// principal.
+func (s *Service) CancelFromHTTP(r *http.Request, orderNo string) Reply {
+	tx, ok := idempotency.TxFromContext(r.Context())
+	if !ok {
+		return failure(idempotency.ErrNoTransaction)
+	}
+	uid, _ := userID(r)
+	return s.Transition(r.Context(), tx, uid, orderNo, idempotency.OrderCreated, idempotency.OrderCanceled)
 }
 
 // Principal returns the request's principal (X-User-ID, a positive

@@ -49,12 +49,10 @@ func New(svc *orderservice.Service, opts ...grpc.ServerOption) (*grpc.Server, er
 	interceptors := []grpc.UnaryServerInterceptor{authenticate, validateCreate}
 	if create := svc.Middleware("create_order"); create != nil {
 		idem, err := idemgrpc.NewServerInterceptor(map[string]idemgrpc.Method{
-			// The HTTP route's action: its fields, its route, its 201.
-			CreateOrderMethod: {
-				Middleware: create, Scope: principalScope,
-				Fingerprint: idempotency.FingerprintConfig{Fields: orderservice.CreateFields},
-				Route:       "POST /orders", OKStatus: http.StatusCreated,
-			},
+			// The HTTP routes' actions, declared once on their Middleware
+			// (orderservice.CreateOperation, CancelOperation): the same
+			// fields, routes and statuses.
+			CreateOrderMethod: {Middleware: create, Scope: principalScope},
 			CancelOrderMethod: {Middleware: svc.Middleware("cancel_order"), Scope: principalScope},
 		})
 		if err != nil {

@@ -58,8 +58,21 @@ func NamedTopology(stream, subject, durable, queue string) Topology {
 	}
 }
 
+// The service's actions a consumer serves, by their operation's name
+// (orderservice.CreateOperation, CancelOperation).
+const (
+	// ActionCreate: a body as POST /orders's.
+	ActionCreate = "create_order"
+	// ActionCancel: {"order_no": "…"}, POST /orders/{order_no}/cancel.
+	ActionCancel = "cancel_order"
+)
+
 // Options configure a consumer of the order service.
 type Options struct {
+	// Action is the service's action the messages carry: ActionCreate
+	// or ActionCancel. Defaults to ActionCreate.
+	Action string
+
 	// Broker is nats://HOST:PORT or amqp://USER:PASS@HOST:PORT/.
 	Broker   string
 	Topology Topology
@@ -86,15 +99,20 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// Config is the queue configuration of svc's create: its create_order
-// Middleware, the HTTP route's fingerprint (POST /orders over
-// orderservice.CreateFields), the principal from X-User-ID as the scope,
-// and the HTTP route's checks in front (Validate).
+// Config is the queue configuration of svc's action opts.Action: its
+// Middleware, whose Operation is the HTTP route's action (the same
+// fingerprint for the same business fields), the principal from X-User-ID
+// as the scope, and the HTTP route's checks in front (Validate).
 func Config(svc *orderservice.Service, opts Options) queue.Config {
+	handler, check := Handler(svc), validate
+	if opts.Action == ActionCancel {
+		handler, check = cancelHandler(svc), validateCancel
+	} else {
+		opts.Action = ActionCreate
+	}
 	return queue.Config{
-		Middleware: svc.Middleware("create_order"), Handler: Handler(svc),
-		Scope: scope, Validate: validate, Route: "POST /orders",
-		Fingerprint:   idempotency.FingerprintConfig{Fields: orderservice.CreateFields},
+		Middleware: svc.Middleware(opts.Action), Handler: handler,
+		Scope: scope, Validate: check,
 		Workers:       opts.Workers,
 		BatchSize:     opts.BatchSize,
 		MaxDeliveries: opts.MaxDeliveries,
@@ -121,6 +139,42 @@ func Handler(svc *orderservice.Service) queue.Handler {
 		}
 		return result(svc.Create(ctx, tx, uid, req))
 	}
+}
+
+// cancelRequest is a cancel's body: the order, as the path of POST
+// /orders/{order_no}/cancel names it.
+type cancelRequest struct {
+	OrderNo string `json:"order_no"`
+}
+
+// cancelHandler cancels the message's order in tx with
+// orderservice.Service.Transition, answered as POST
+// /orders/{order_no}/cancel answers.
+func cancelHandler(svc *orderservice.Service) queue.Handler {
+	return func(ctx context.Context, tx *sql.Tx, m *queue.Message) idempotency.Result {
+		uid, err := principal(m)
+		if err != nil {
+			return result(orderservice.Reply{Problem: err.(*idempotency.Problem)})
+		}
+		var req cancelRequest
+		if err := json.Unmarshal(m.Body, &req); err != nil {
+			return result(orderservice.Reply{Problem: invalidBody(err.Error())})
+		}
+		return result(svc.Transition(ctx, tx, uid, req.OrderNo, idempotency.OrderCreated, idempotency.OrderCanceled))
+	}
+}
+
+// validateCancel is the cancel route's checks: a principal, and a body
+// that names an order.
+func validateCancel(m *queue.Message) error {
+	if _, err := principal(m); err != nil {
+		return err
+	}
+	var req cancelRequest
+	if err := json.Unmarshal(m.Body, &req); err != nil || req.OrderNo == "" {
+		return invalidBody(`body must be a JSON object {"order_no": "…"}`)
+	}
+	return nil
 }
 
 // result is a Reply as the record keeps it: the HTTP answer's status,
