@@ -3,6 +3,7 @@ package idemgrpc
 import (
 	"context"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -30,13 +31,18 @@ func WithKey(ctx context.Context, key string) context.Context {
 // retries it under p, as package client does over HTTP: the key from
 // WithKey (or already in the outgoing metadata), else one made for the call
 // (client.NewKey), never one per attempt. It retries what the contract
-// calls retryable (client.Retryable): UNAVAILABLE (a fault, or a connection
-// lost before the answer: the retry learns the outcome), ABORTED (in
-// progress, or a handler's conflict), RESOURCE_EXHAUSTED and
-// DEADLINE_EXCEEDED of an attempt, waiting the server's RetryInfo where it
-// sends one. Every other answer is final, KEY_REUSED above all. A key that
-// is not valid (client's rules) fails the call with INVALID_ARGUMENT before
-// anything is sent.
+// calls retryable (client.Retryable over ContractAnswer): UNAVAILABLE (a
+// fault, or a connection lost before the answer: the retry learns the
+// outcome), ABORTED (in progress, or a handler's conflict), a server's
+// DEADLINE_EXCEEDED, and RESOURCE_EXHAUSTED only when the server marked it
+// retryable (a problem's ErrorInfo, as ProblemStatus writes it, or a
+// RetryInfo), waiting the server's RetryInfo where it sends one. grpc-go's
+// own RESOURCE_EXHAUSTED (a message over a size limit, the server's or
+// this client's) is final: the same message meets the same limit. An error
+// the client produced without an answer is never retried unless it is
+// UNAVAILABLE; the call's context ending stops the retries. Every other
+// answer is final, KEY_REUSED above all. A key that is not valid (client's
+// rules) fails the call with INVALID_ARGUMENT before anything is sent.
 func UnaryClientInterceptor(p client.Policy) grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		ctx, err := withCallKey(ctx)
@@ -49,9 +55,8 @@ func UnaryClientInterceptor(p client.Policy) grpc.UnaryClientInterceptor {
 			if last == nil || ctx.Err() != nil {
 				return client.Outcome{Err: last}
 			}
-			st := status.Convert(last)
-			httpStatus, kind, wait := ContractAnswer(st)
-			return client.Outcome{Retry: client.Retryable(httpStatus, kind), Wait: wait, Err: last, Answered: true}
+			retry, wait := retryable(status.Convert(last))
+			return client.Outcome{Retry: retry, Wait: wait, Err: last, Answered: true}
 		})
 		if last != nil {
 			return last
@@ -84,25 +89,54 @@ func withCallKey(ctx context.Context) (context.Context, error) {
 	return metadata.AppendToOutgoingContext(ctx, MetadataKey, key), nil
 }
 
+// retryable decides whether an attempt's failure is retried, and after
+// what wait: as client.Retryable decides the HTTP answer it stands for
+// (ContractAnswer), but a RESOURCE_EXHAUSTED only when the server marked
+// it: the status grpc-go makes itself for a message over a size limit
+// carries neither a problem's ErrorInfo nor a RetryInfo.
+func retryable(st *status.Status) (bool, time.Duration) {
+	httpStatus, kind, wait := ContractAnswer(st)
+	if st.Code() == codes.ResourceExhausted && problemInfo(st) == nil && !hasRetryInfo(st) {
+		return false, 0
+	}
+	return client.Retryable(httpStatus, kind), wait
+}
+
+func hasRetryInfo(st *status.Status) bool {
+	for _, d := range st.Details() {
+		if _, ok := d.(*errdetails.RetryInfo); ok {
+			return true
+		}
+	}
+	return false
+}
+
 // ContractAnswer is a status as the answer of the HTTP contract it stands
 // for, so that client.Retryable decides for every transport alike: the HTTP
-// status the answer has over HTTP, its problem kind (from an ErrorInfo in
-// ErrorDomain: the protocol's reasons, or a service's own in upper snake
-// case), and the wait its RetryInfo asks for.
+// status the answer has over HTTP (a problem's own, as ProblemStatus
+// writes it in its ErrorInfo; else its code's), its problem kind (the
+// problem's type; else the reason of an ErrorInfo in ErrorDomain, the
+// protocol's, or ServiceDomain, a service's, in upper snake case), and the
+// wait its RetryInfo asks for.
 func ContractAnswer(st *status.Status) (httpStatus int, kind string, wait time.Duration) {
-	reason := ""
 	for _, d := range st.Details() {
-		switch d := d.(type) {
-		case *errdetails.ErrorInfo:
-			if d.GetDomain() == ErrorDomain {
-				reason = d.GetReason()
+		if ri, ok := d.(*errdetails.RetryInfo); ok {
+			wait = ri.GetRetryDelay().AsDuration()
+		}
+	}
+	reason, domain := "", ""
+	if info := problemInfo(st); info != nil {
+		reason, domain = info.GetReason(), info.GetDomain()
+		if s, err := strconv.Atoi(info.GetMetadata()[ErrorInfoHTTPStatus]); err == nil && s >= 400 && s <= 599 {
+			kind = strings.ToLower(strings.ReplaceAll(reason, "_", "-"))
+			if t := info.GetMetadata()[ErrorInfoType]; t != "" {
+				kind = (&idempotency.Problem{Type: t}).Kind()
 			}
-		case *errdetails.RetryInfo:
-			wait = d.GetRetryDelay().AsDuration()
+			return s, kind, wait
 		}
 	}
 	for k, c := range problemCodes {
-		if c.reason == reason && c.code == st.Code() {
+		if domain == ErrorDomain && c.reason == reason && c.code == st.Code() {
 			return protocolStatus[k], k, wait
 		}
 	}

@@ -11,10 +11,13 @@
 // principal), the fingerprint from the request message (see Fingerprint).
 // The method's handler runs inside the record's transaction
 // (idempotency.TxFromContext), and its answer is recorded: a response
-// message as JSON (protojson, proto field names), an error as
-// application/problem+json carrying the exact google.rpc.Status. A replay
-// returns the recorded message, or the recorded status, with the header
-// metadata idempotent-replayed: true.
+// message as the HTTP route of the same action writes it (proto field
+// names, every known field, null for an unset one with presence, 64-bit
+// integers as numbers), an error as application/problem+json carrying the
+// exact google.rpc.Status, with the header metadata the handler set
+// (grpc.SetHeader) as headers: Location, ETag and Config.ReplayHeaders are
+// kept. A replay returns the recorded message, or the recorded status, with
+// the recorded headers as header metadata and idempotent-replayed: true.
 //
 // The contract in gRPC's terms:
 //
@@ -27,14 +30,25 @@
 //	no principal                    UNAUTHENTICATED, ErrorInfo SCOPE_REQUIRED
 //	the handler panicked            INTERNAL, ErrorInfo EXECUTION_FAILED
 //
-// every ErrorInfo in the domain "idempotency.orderguard". A handler's own
-// error is final, recorded and replayed, when its code is NOT_FOUND,
-// ALREADY_EXISTS, PERMISSION_DENIED, FAILED_PRECONDITION, OUT_OF_RANGE or
-// UNAUTHENTICATED (a business answer: the same request gets it again); any
-// other code rolls back, releases the key and is passed on, so that a retry
-// executes again (INVALID_ARGUMENT among them, as HTTP's 400: the request
-// was not acted on). The codes map to HTTP statuses (HTTPStatus) and the
-// route's Config.IsFinalFunc decides, as for HTTP.
+// every ErrorInfo in the domain "idempotency.orderguard" (ErrorDomain), with
+// the problem's HTTP status, type and title in its metadata; a service's
+// own problem kinds (ProblemStatus) are in ServiceDomain, or a domain of
+// its own (ProblemStatusIn). An answer whose problem says when to retry
+// carries a RetryInfo and the trailer grpc-retry-pushback-ms, which
+// grpc-go's retry policy honours.
+//
+// A handler's own error is final, recorded and replayed, exactly when it
+// would be over HTTP: a status that ProblemStatus made is recorded under
+// its problem's own HTTP status (ErrorInfo metadata http_status), whatever
+// its code; another under its code's (HTTPStatus): NOT_FOUND,
+// ALREADY_EXISTS, PERMISSION_DENIED, FAILED_PRECONDITION, OUT_OF_RANGE and
+// UNAUTHENTICATED are final (a business answer: the same request gets it
+// again); any other code rolls back, releases the key and is passed on, so
+// that a retry executes again (INVALID_ARGUMENT among them, as HTTP's 400:
+// the request was not acted on). The route's Config.IsFinalFunc decides
+// over that status, as for HTTP. A handler's UNKNOWN, INTERNAL or
+// DATA_LOSS is answered INTERNAL with a generic message, its own text
+// logged (Config.Logger), never sent: it may hold a driver's SQL.
 //
 // # One action, any transport
 //
@@ -45,12 +59,16 @@
 // over gRPC is replayed, or refused as reused with other parameters, never
 // executed twice. A replay over gRPC of an answer recorded over HTTP decodes
 // its JSON into the response message; a replay over HTTP of an answer
-// recorded over gRPC is the message's protojson.
+// recorded over gRPC is the HTTP route's own answer: its status
+// (Method.OKStatus), its Location (the header metadata location the
+// handler set) and its JSON.
 //
 // # Client
 //
 // UnaryClientInterceptor sends the key from WithKey, or one it makes per
 // call (never per attempt), and retries under a client.Policy: the loop and
 // the retryable answers of package client, with gRPC codes mapped to the
-// HTTP answers they stand for.
+// HTTP answers they stand for (ContractAnswer). It retries only what the
+// server marked retryable: grpc-go's own RESOURCE_EXHAUSTED for a message
+// over a size limit is final.
 package idemgrpc

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strings"
 
@@ -66,13 +67,18 @@ type Method struct {
 
 	// NewResponse returns an empty response message, into which a replay
 	// decodes the recorded answer. Defaults to the method's output type in
-	// protoregistry.GlobalTypes, where generated code registers it.
+	// protoregistry.GlobalTypes, where generated code registers it. It
+	// must make the method's output type. The method's service must be in
+	// protoregistry.GlobalFiles either way: a method the interceptor
+	// cannot check could be streamed or misspelt, and never protected.
 	NewResponse func() proto.Message
 }
 
 // NewServerInterceptor returns a unary server interceptor that protects the
 // methods given by full name ("/orders.v1.OrderService/CreateOrder"); every
-// other call passes through untouched.
+// other call passes through untouched. A method that its service's
+// registered descriptor (protoregistry.GlobalFiles) does not have, or has
+// as a streaming method, is an error: it would never be protected.
 func NewServerInterceptor(methods map[string]Method) (grpc.UnaryServerInterceptor, error) {
 	ready := make(map[string]*method, len(methods))
 	for name, m := range methods {
@@ -137,31 +143,43 @@ func newMethod(name string, m Method) (*method, error) {
 		}
 		rm.httpMethod, rm.httpRoute = verb, route
 	}
-	if rm.NewResponse == nil {
-		newResponse, err := registeredResponse(name)
-		if err != nil {
-			return nil, err
-		}
-		rm.NewResponse = newResponse
+	newResponse, err := registeredResponse(name, rm.NewResponse)
+	if err != nil {
+		return nil, err
 	}
+	rm.NewResponse = newResponse
 	return rm, nil
 }
 
-// registeredResponse finds the output type of a method that generated code
-// registered.
-func registeredResponse(fullMethod string) (func() proto.Message, error) {
+// registeredResponse checks a method against the registry, where generated
+// code registers its service, and returns how to make its response: a
+// method must exist and be unary, or it would be silently unprotected (a
+// unary interceptor never sees a stream), whether or not NewResponse is
+// set; a NewResponse must make the method's output type. A service that is
+// not registered is refused too: a misspelt service name would otherwise
+// leave its method unprotected, and protoc-gen-go's code always registers.
+func registeredResponse(fullMethod string, newResponse func() proto.Message) (func() proto.Message, error) {
 	service, name, _ := strings.Cut(strings.TrimPrefix(fullMethod, "/"), "/")
 	d, err := protoregistry.GlobalFiles.FindDescriptorByName(protoreflect.FullName(service))
 	if err != nil {
-		return nil, fmt.Errorf("idemgrpc: method %s: %w (set Method.NewResponse)", fullMethod, err)
+		return nil, fmt.Errorf("idemgrpc: method %s: service %s is not in protoregistry.GlobalFiles: %w (import its generated package; a method the registry does not know would never be protected)", fullMethod, service, err)
 	}
 	sd, ok := d.(protoreflect.ServiceDescriptor)
-	if !ok || sd.Methods().ByName(protoreflect.Name(name)) == nil {
-		return nil, fmt.Errorf("idemgrpc: no method %s in the registry (set Method.NewResponse)", fullMethod)
+	if !ok {
+		return nil, fmt.Errorf("idemgrpc: method %s: %s is a %T, not a service", fullMethod, service, d)
 	}
 	md := sd.Methods().ByName(protoreflect.Name(name))
+	if md == nil {
+		return nil, fmt.Errorf("idemgrpc: service %s has no method %s: %s would never be protected", service, name, fullMethod)
+	}
 	if md.IsStreamingClient() || md.IsStreamingServer() {
 		return nil, fmt.Errorf("idemgrpc: method %s streams; only unary methods can be protected", fullMethod)
+	}
+	if newResponse != nil {
+		if got := newResponse().ProtoReflect().Descriptor().FullName(); got != md.Output().FullName() {
+			return nil, fmt.Errorf("idemgrpc: method %s answers %s; its NewResponse makes %s", fullMethod, md.Output().FullName(), got)
+		}
+		return newResponse, nil
 	}
 	mt, err := protoregistry.GlobalTypes.FindMessageByName(md.Output().FullName())
 	if err != nil {
@@ -181,7 +199,11 @@ func (m *method) serve(ctx context.Context, req any, handler grpc.UnaryHandler) 
 	// 1. Key.
 	key, err := m.readKey(ctx)
 	if errors.Is(err, idempotency.ErrMissingKey) && m.cfg.KeyOptional {
-		return handler(ctx, req) // unprotected, as Config.KeyOptional says
+		resp, err := handler(ctx, req) // unprotected, as Config.KeyOptional says
+		if err != nil {
+			return nil, m.answerStatus(ctx, err).Err()
+		}
+		return resp, nil
 	}
 	if err != nil {
 		return nil, m.reject(ctx, err)
@@ -200,17 +222,22 @@ func (m *method) serve(ctx context.Context, req any, handler grpc.UnaryHandler) 
 	if err != nil {
 		return nil, m.reject(ctx, err)
 	}
-	// 4 to 7: the protocol, the handler run in the record's transaction.
+	// 4 to 7: the protocol, the handler run in the record's transaction,
+	// its header metadata captured to be recorded with its answer.
 	var resp any
 	var handlerErr error
+	var header *headerCapture
 	ans := m.Middleware.Do(ctx, idempotency.Action{Scope: scope, Key: key, Fingerprint: fp},
 		func(ctx context.Context) idempotency.Result {
+			ctx, header = captureHeader(ctx, m.name)
 			resp, handlerErr = handler(ctx, req)
 			var res idempotency.Result
-			res, handlerErr = m.record(resp, handlerErr)
+			res, handlerErr = m.record(ctx, resp, handlerErr, header.recorded())
 			return res
 		})
-	return m.reply(ctx, ans, resp, handlerErr)
+	resp, err = m.reply(ctx, ans, resp, handlerErr, header)
+	setPushback(ctx, err)
+	return resp, err
 }
 
 // readKey is step 1: exactly one idempotency-key, as valid as the header.
@@ -241,21 +268,52 @@ func (m *method) readFingerprint(msg proto.Message) (string, error) {
 // reject answers bad input through the protocol's refusal, so that it is
 // observed as every front-end's is.
 func (m *method) reject(ctx context.Context, err error) error {
-	return ProblemStatus(m.Middleware.Reject(ctx, err).Problem).Err()
+	err = ProblemStatus(m.Middleware.Reject(ctx, err).Problem).Err()
+	setPushback(ctx, err)
+	return err
 }
 
 // reply turns the protocol's answer into the call's: the protocol's own
-// problem, the handler's own answer, or a replay of the recorded one.
-func (m *method) reply(ctx context.Context, ans idempotency.Answer, resp any, handlerErr error) (any, error) {
+// problem (no header metadata, so that grpc-go's retry policy reads its
+// pushback), the handler's own answer with the header metadata it set, or
+// a replay of the recorded one with the recorded headers.
+func (m *method) reply(ctx context.Context, ans idempotency.Answer, resp any, handlerErr error, header *headerCapture) (any, error) {
 	switch {
 	case ans.Problem != nil:
 		return nil, ProblemStatus(ans.Problem).Err()
 	case !ans.Replayed:
+		if header != nil {
+			header.send(ctx)
+		}
 		if handlerErr != nil {
 			return nil, handlerErr
 		}
 		return resp, nil
 	}
-	_ = grpc.SetHeader(ctx, metadata.Pairs(ReplayedKey, "true"))
+	_ = grpc.SetHeader(ctx, replayedHeader(ans.Header))
 	return decodeAnswer(ans, m.NewResponse)
+}
+
+// answerStatus is a handler's error as the call answers it: its status,
+// but a handler's failure (UNKNOWN, INTERNAL, DATA_LOSS: a raw error, a
+// driver's text, a bug) with a generic message, its own logged to
+// Config.Logger and never sent, since it may hold SQL or a database's
+// names. Its details (a problem's ErrorInfo) are kept.
+func (m *method) answerStatus(ctx context.Context, err error) *status.Status {
+	st := status.Convert(err)
+	switch st.Code() {
+	case codes.Unknown, codes.Internal, codes.DataLoss:
+	default:
+		return st
+	}
+	attrs := []slog.Attr{slog.String("route", m.cfg.Route), slog.String("method", m.name),
+		slog.String("code", st.Code().String()), slog.String("err", st.Message())}
+	if scope, key, ok := idempotency.KeyFromContext(ctx); ok {
+		attrs = append(attrs, slog.String("key_hash", idempotency.KeyHash(scope, key)))
+	}
+	m.cfg.Logger.LogAttrs(ctx, slog.LevelError, "idemgrpc: the handler failed", attrs...)
+	sp := st.Proto()
+	sp.Code = int32(codes.Internal)
+	sp.Message = "Internal error: the call failed on the server; its log has the cause."
+	return status.FromProto(sp)
 }

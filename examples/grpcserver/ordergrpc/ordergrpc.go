@@ -125,16 +125,33 @@ type server struct {
 }
 
 // write runs op in the record's transaction under the interceptor, or in a
-// plain one without idempotency.
+// plain one without idempotency, and answers its reply with the headers
+// the HTTP route sends (a create's Location: /orders/{order_no}) as header
+// metadata, which the interceptor records with the answer.
 func (s *server) write(ctx context.Context, op func(tx *sql.Tx) orderservice.Reply) (*orderpb.Order, error) {
 	if !s.protected {
-		return answer(s.svc.Unprotected(ctx, op))
+		return answerWithHeader(ctx, s.svc.Unprotected(ctx, op))
 	}
 	tx, ok := idempotency.TxFromContext(ctx)
 	if !ok {
 		return nil, status.Error(codes.Internal, "ordergrpc: no idempotent execution in the context")
 	}
-	return answer(op(tx))
+	return answerWithHeader(ctx, op(tx))
+}
+
+// answerWithHeader is answer, with a successful reply's headers set as
+// header metadata (lower-case keys), as Reply.Write sets them over HTTP.
+func answerWithHeader(ctx context.Context, r orderservice.Reply) (*orderpb.Order, error) {
+	if r.Problem == nil && len(r.Header) > 0 {
+		md := metadata.MD{}
+		for k, v := range r.Header {
+			md.Append(k, v...) // Append lower-cases the key
+		}
+		if err := grpc.SetHeader(ctx, md); err != nil {
+			return nil, status.Errorf(codes.Internal, "ordergrpc: set the header metadata: %v", err)
+		}
+	}
+	return answer(r)
 }
 
 func (s *server) CreateOrder(ctx context.Context, req *orderpb.CreateOrderRequest) (*orderpb.Order, error) {

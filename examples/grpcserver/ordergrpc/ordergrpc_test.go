@@ -2,8 +2,15 @@ package ordergrpc_test
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -251,6 +258,7 @@ func TestCreateOrder_AKeyUsedOverHTTP_IsReplayedOverGRPC(t *testing.T) {
 	order, err := b.grpc.CreateOrder(call(7, "both"), createReq(7, 1), grpc.Header(&header))
 	require.NoError(t, err)
 	require.Equal(t, []string{"true"}, header.Get(idemgrpc.ReplayedKey))
+	require.Equal(t, []string{"/orders/" + h.OrderNo}, header.Get("location"), "the HTTP answer's Location, as metadata")
 	require.Equal(t, h.OrderNo, order.GetOrderNo(), "the HTTP order, replayed")
 	require.Equal(t, int64(1000), order.GetTotalCents())
 
@@ -282,4 +290,91 @@ func TestCreateOrder_NoPrincipalOrNoKey_RefusedBeforeAnythingIsWritten(t *testin
 	var records int
 	require.NoError(t, b.db.DB.QueryRow("SELECT COUNT(*) FROM idempotency_record").Scan(&records))
 	require.Zero(t, records)
+}
+
+// post sends POST /orders as an HTTP client does, and returns the answer's
+// status, headers and body.
+func (b *bundle) post(t *testing.T, user int64, key, body string) (int, http.Header, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, b.http+"/orders", strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-User-ID", strconv.FormatInt(user, 10))
+	req.Header.Set("Idempotency-Key", key)
+	return b.do(t, req)
+}
+
+func (b *bundle) do(t *testing.T, req *http.Request) (int, http.Header, []byte) {
+	t.Helper()
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, resp.Header, body
+}
+
+// A create made over gRPC and replayed over HTTP is the HTTP route's own
+// answer: 201, Location /orders/{order_no}, and the order as the route
+// writes it (every field, coupon_id null without a coupon, integers as
+// numbers); the gRPC answer carries the location too, and its replay over
+// gRPC decodes the record back into the same order.
+func TestCreateOrder_MadeOverGRPC_ReplayedOverHTTPAsTheHTTPRouteAnswers(t *testing.T) {
+	t.Parallel()
+	b := setup(t, idempotency.Config{}, nil)
+	coupon := int64(orderservice.FirstCoupon)
+	for _, tc := range []struct {
+		name   string
+		coupon *int64
+		body   string
+	}{
+		{"no-coupon", nil, fmt.Sprintf(`{"user_id":7,"sku_id":%d,"quantity":2}`, orderservice.FirstSKU)},
+		{"a-coupon", &coupon, fmt.Sprintf(`{"user_id":7,"sku_id":%d,"quantity":2,"coupon_id":%d}`, orderservice.FirstSKU, coupon)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// The HTTP route's own first answer, for its shape.
+			httpStatus, httpHeader, httpBody := b.post(t, 7, "over-http-"+tc.name, fmt.Sprintf(`{"user_id":7,"sku_id":%d,"quantity":2}`, orderservice.FirstSKU))
+			require.Equal(t, http.StatusCreated, httpStatus, "%s", httpBody)
+
+			key := "over-grpc-" + tc.name
+			req := createReq(7, 2)
+			req.CouponId = tc.coupon
+			var header metadata.MD
+			order, err := b.grpc.CreateOrder(call(7, key), req, grpc.Header(&header))
+			require.NoError(t, err)
+			location := "/orders/" + order.GetOrderNo()
+			require.Equal(t, []string{location}, header.Get("location"), "the gRPC answer carries the HTTP route's Location")
+
+			status, replayHeader, body := b.post(t, 7, key, tc.body)
+			require.Equal(t, http.StatusCreated, status, "%s", body)
+			require.Equal(t, "true", replayHeader.Get("Idempotent-Replayed"))
+			require.Equal(t, location, replayHeader.Get("Location"))
+			require.Equal(t, httpHeader.Get("Content-Type"), replayHeader.Get("Content-Type"))
+
+			// The HTTP route's JSON of this very order, as GET /orders/{no}
+			// writes it.
+			get, err := http.NewRequest(http.MethodGet, b.http+location, nil)
+			require.NoError(t, err)
+			get.Header.Set("X-User-ID", "7")
+			getStatus, _, routeBody := b.do(t, get)
+			require.Equal(t, http.StatusOK, getStatus, "%s", routeBody)
+			require.JSONEq(t, string(routeBody), string(body))
+			require.Equal(t, jsonKeys(t, httpBody), jsonKeys(t, body), "the fields of the HTTP route's create answer")
+			require.True(t, strings.HasSuffix(string(body), "}\n"), "a final newline, as the route writes: %q", body)
+
+			var again metadata.MD
+			replayed, err := b.grpc.CreateOrder(call(7, key), req, grpc.Header(&again))
+			require.NoError(t, err)
+			require.True(t, proto.Equal(order, replayed), "%v\n%v", order, replayed)
+			require.Equal(t, []string{location}, again.Get("location"), "the location is replayed over gRPC too")
+		})
+	}
+}
+
+// jsonKeys is a JSON object's field names, sorted.
+func jsonKeys(t *testing.T, body []byte) []string {
+	t.Helper()
+	var fields map[string]json.RawMessage
+	require.NoError(t, json.Unmarshal(body, &fields), "%s", body)
+	return slices.Sorted(maps.Keys(fields))
 }
