@@ -1,0 +1,13 @@
+module github.com/orderguard/idempotency/payment/standard
+
+go 1.26.8
+
+replace github.com/orderguard/idempotency => ../..
+
+require (
+	github.com/orderguard/idempotency v0.0.0
+	github.com/standard-webhooks/standard-webhooks/libraries v1.3.0
+	github.com/stretchr/testify v1.12.1
+)
+
+require go.yaml.in/yaml/v3 v3.0.5 // indirect

@@ -1,0 +1,13 @@
+module github.com/orderguard/idempotency/payment/stripe
+
+go 1.26.8
+
+replace github.com/orderguard/idempotency => ../..
+
+require (
+	github.com/orderguard/idempotency v0.0.0
+	github.com/stretchr/testify v1.12.1
+	github.com/stripe/stripe-go/v82 v82.5.1
+)
+
+require go.yaml.in/yaml/v3 v3.0.5 // indirect
