@@ -11,18 +11,34 @@ import (
 type OrderStatus string
 
 // Order states. An order is inserted INIT and moved to CREATED in the same
-// transaction; PAID and CANCELED follow from CREATED.
+// transaction; PAID and CANCELED follow from CREATED, REFUNDED from a
+// payment refunded in full.
+//
+// Transition makes any move orderTransitions lists. The payment path
+// (Orders.ApplyPayment and Orders.RequestCancel, order_payment.go) does not
+// choose moves: it derives the state from the order's facts (paid, refunded
+// amount, cancel requested) and makes the move from the state it read to the
+// derived one, which is always one of the moves listed here.
 const (
 	OrderInit     OrderStatus = "INIT"
 	OrderCreated  OrderStatus = "CREATED"
 	OrderPaid     OrderStatus = "PAID"
 	OrderCanceled OrderStatus = "CANCELED"
+	OrderRefunded OrderStatus = "REFUNDED"
 )
 
-// orderTransitions is the whole state machine: every allowed move.
+// orderTransitions is the whole state machine: every allowed move. The
+// payment facts only grow (a payment is made once, refunds add up, a cancel
+// request is never withdrawn), so no move leads back: CREATED goes to PAID,
+// to CANCELED, or straight to REFUNDED when refunds that arrived before the
+// payment's success cover it; PAID goes to CANCELED (a user cancel after
+// payment: a refund is owed) or REFUNDED; CANCELED goes to REFUNDED when
+// the owed refund arrives. REFUNDED is final.
 var orderTransitions = map[OrderStatus][]OrderStatus{
-	OrderInit:    {OrderCreated, OrderCanceled},
-	OrderCreated: {OrderPaid, OrderCanceled},
+	OrderInit:     {OrderCreated, OrderCanceled},
+	OrderCreated:  {OrderPaid, OrderCanceled, OrderRefunded},
+	OrderPaid:     {OrderCanceled, OrderRefunded},
+	OrderCanceled: {OrderRefunded},
 }
 
 // CanTransition reports whether the state machine allows from → to.
@@ -79,8 +95,19 @@ type Order struct {
 	UnitPriceCents int64
 	DiscountCents  int64
 	TotalCents     int64
-	Status         OrderStatus
+	// Currency is the ISO 4217 code of the amounts, upper case; Create
+	// stores DefaultCurrency for an empty one. A payment applies only in
+	// this currency.
+	Currency string
+	Status   OrderStatus
 }
+
+// DefaultCurrency is the currency of an order created without one, and of
+// every order that existed before migration 005 added the column (its
+// default): CNY, the currency of the providers this library answers first
+// (Alipay, WeChat Pay). A deployment in another currency sets
+// Order.Currency on every order.
+const DefaultCurrency = "CNY"
 
 // Queryer is what GetOrder and Orders.Get read through: *sql.DB, *sql.Tx or *sql.Conn.
 type Queryer interface {
@@ -95,7 +122,7 @@ type Orders struct {
 	// InsertOrder writes one order. Parameters: order_no, scope,
 	// idempotency_key (NULL without a key), user_id, sku_id, quantity,
 	// coupon_id (or NULL), unit_price_cents, discount_cents, total_cents,
-	// status. A duplicate either fails with the driver's unique-violation
+	// status, currency. A duplicate either fails with the driver's unique-violation
 	// error or inserts no row (ON CONFLICT DO NOTHING): both are
 	// ErrDuplicateOrder.
 	InsertOrder string
@@ -110,19 +137,24 @@ type Orders struct {
 	// SelectOrder reads one order's columns in Order's field order. Parameter:
 	// order_no.
 	SelectOrder string
+
+	// Payments holds the statements of the payment state machine
+	// (order_payment.go).
+	Payments PaymentStatements
 }
 
 // MySQLOrders is the order SQL of MySQL and MariaDB, which SQLite runs too.
 var MySQLOrders = Orders{
 	InsertOrder: `INSERT INTO purchase_order
   (order_no, scope, idempotency_key, user_id, sku_id, quantity, coupon_id,
-   unit_price_cents, discount_cents, total_cents, status)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+   unit_price_cents, discount_cents, total_cents, status, currency)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 	UpdateStatus: `UPDATE purchase_order SET status = ?, updated_at = CURRENT_TIMESTAMP WHERE order_no = ? AND status = ?`,
 	SelectStatus: `SELECT status FROM purchase_order WHERE order_no = ?`,
 	SelectOrder: `SELECT order_no, scope, idempotency_key, user_id, sku_id, quantity, coupon_id,
-  unit_price_cents, discount_cents, total_cents, status
+  unit_price_cents, discount_cents, total_cents, currency, status
 FROM purchase_order WHERE order_no = ?`,
+	Payments: mysqlPayments,
 }
 
 // PostgresOrders is the order SQL of PostgreSQL, over the purchase_order
@@ -136,14 +168,15 @@ FROM purchase_order WHERE order_no = ?`,
 var PostgresOrders = Orders{
 	InsertOrder: `INSERT INTO purchase_order
   (order_no, scope, idempotency_key, user_id, sku_id, quantity, coupon_id,
-   unit_price_cents, discount_cents, total_cents, status)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+   unit_price_cents, discount_cents, total_cents, status, currency)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
 ON CONFLICT DO NOTHING`,
 	UpdateStatus: `UPDATE purchase_order SET status = $1, updated_at = clock_timestamp() WHERE order_no = $2 AND status = $3`,
 	SelectStatus: `SELECT status FROM purchase_order WHERE order_no = $1`,
 	SelectOrder: `SELECT order_no, scope, idempotency_key, user_id, sku_id, quantity, coupon_id,
-  unit_price_cents, discount_cents, total_cents, status
+  unit_price_cents, discount_cents, total_cents, currency, status
 FROM purchase_order WHERE order_no = $1`,
+	Payments: postgresPayments,
 }
 
 // CreateOrder inserts o as INIT and moves it to CREATED, both inside tx,
@@ -175,9 +208,12 @@ func (s Orders) Create(ctx context.Context, tx *sql.Tx, o *Order) error {
 	if o.CouponID != nil {
 		coupon = *o.CouponID
 	}
+	if o.Currency == "" {
+		o.Currency = DefaultCurrency
+	}
 	res, err := tx.ExecContext(ctx, s.InsertOrder,
 		o.OrderNo, o.Scope, key, o.UserID, o.SKUID, o.Quantity, coupon,
-		o.UnitPriceCents, o.DiscountCents, o.TotalCents, string(OrderInit))
+		o.UnitPriceCents, o.DiscountCents, o.TotalCents, string(OrderInit), o.Currency)
 	if err != nil {
 		if isUniqueViolation(err) {
 			return fmt.Errorf("%w: %v", ErrDuplicateOrder, err)
@@ -236,7 +272,7 @@ func (s Orders) Get(ctx context.Context, q Queryer, orderNo string) (*Order, err
 	var status string
 	err := q.QueryRowContext(ctx, s.SelectOrder, orderNo).Scan(
 		&o.OrderNo, &o.Scope, &key, &o.UserID, &o.SKUID, &o.Quantity, &coupon,
-		&o.UnitPriceCents, &o.DiscountCents, &o.TotalCents, &status)
+		&o.UnitPriceCents, &o.DiscountCents, &o.TotalCents, &o.Currency, &status)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("%w: %s", ErrOrderNotFound, orderNo)
 	}

@@ -18,7 +18,9 @@ func TestNew_MiddlewareWithOperation_TheActionIsItsAlone(t *testing.T) {
 	op := &idempotency.Operation{Name: "cancel_order", Route: "POST /orders/{order_no}/cancel"}
 	mw, err := idempotency.New(idempotency.NewMySQLStore(nil), &idempotency.Config{Operation: op})
 	require.NoError(t, err)
-	handler := func(ctx context.Context, tx *sql.Tx, m *queue.Message) idempotency.Result { return idempotency.Result{Status: 200} }
+	handler := func(ctx context.Context, tx *sql.Tx, m *queue.Message) idempotency.Result {
+		return idempotency.Result{Status: 200}
+	}
 
 	p, err := queue.New("orders.cancel", queue.Config{Middleware: mw, Handler: handler})
 	require.NoError(t, err)

@@ -101,7 +101,7 @@ func TestMigrate_CreatesTheTables_AndIsSafeToRepeat(t *testing.T) {
 	for range 2 {
 		r := idemctl(t, "", "--db", "mysql://"+dsn, "migrate")
 		require.Equal(t, exitOK, r.code)
-		require.Contains(t, r.stdout, "schema at version 004_drop_record_checks")
+		require.Contains(t, r.stdout, "schema at version 005_payments")
 	}
 	var tables int
 	require.NoError(t, db.QueryRow(`SELECT COUNT(*) FROM information_schema.tables

@@ -22,7 +22,7 @@ func TestPostgres_MigrateStatsInspectReleasePurge(t *testing.T) {
 	for range 2 {
 		r := idemctl(t, "", "--db", dbURL, "migrate")
 		require.Equal(t, exitOK, r.code)
-		require.Contains(t, r.stdout, "schema at version 004_drop_record_checks")
+		require.Contains(t, r.stdout, "schema at version 005_payments")
 		require.Contains(t, r.stdout, "migrated PostgreSQL at 127.0.0.1:5432, database test, schema idem_test_")
 	}
 	s := postgres.NewStore(db)
