@@ -34,6 +34,7 @@ import (
 	"time"
 
 	"github.com/orderguard/idempotency"
+	"github.com/orderguard/idempotency/payment"
 )
 
 // Catalog facts the seed data establishes.
@@ -125,7 +126,7 @@ var dialects = map[string]statements{
 		seedCoupon:     `INSERT IGNORE INTO coupon (id, discount_cents, status) VALUES (?, ?, 'AVAILABLE')`,
 	},
 	"sqlite": {
-		orders:         idempotency.MySQLOrders,
+		orders:         idempotency.SQLiteOrders,
 		skuPrice:       `SELECT price_cents FROM sku WHERE id = ?`,
 		redeemCoupon:   `UPDATE coupon SET status = 'REDEEMED', updated_at = CURRENT_TIMESTAMP WHERE id = ? AND status = 'AVAILABLE'`,
 		couponDiscount: `SELECT discount_cents FROM coupon WHERE id = ?`,
@@ -176,6 +177,17 @@ func New(db *sql.DB, opts Options) (*Service, error) {
 	pay, err := s.protect(PayOperation, s.transition(idempotency.OrderCreated, idempotency.OrderPaid))
 	if err != nil {
 		return nil, err
+	}
+	if opts.Idempotency {
+		// Payment events: the fingerprint is the event's payload digest,
+		// given by payment.ActionOf to Do; no route of the service.
+		cfg := s.opts.Config
+		cfg.Route = PaymentEvents
+		mw, err := idempotency.New(s.opts.Store, &cfg)
+		if err != nil {
+			return nil, err
+		}
+		s.middleware[PaymentEvents] = mw
 	}
 	s.mux.Handle("POST /orders", s.authenticated(validateCreate(create)))
 	s.mux.Handle("GET /orders/{order_no}", s.authenticated(http.HandlerFunc(s.getOrder)))
@@ -351,6 +363,28 @@ func (s *Service) CancelFromHTTP(r *http.Request, orderNo string) Reply {
 	uid, _ := userID(r)
 	return s.Transition(r.Context(), tx, uid, orderNo, idempotency.OrderCreated, idempotency.OrderCanceled)
 }
+
+// PaymentEvents is the name of the Middleware (Service.Middleware) that
+// records payment providers' events: one for every provider and every path
+// an event arrives by (a webhook, a queue), each event an action under its
+// provider's scope and its own id (payment.ActionOf).
+const PaymentEvents = "payment_events"
+
+// PaymentWebhook serves one provider's callbacks (v verifies them) on the
+// order state machine of the service's database: payment.Webhook with the
+// PaymentEvents Middleware. It needs the service's idempotency.
+func (s *Service) PaymentWebhook(v payment.Verifier, observe func(payment.Observation)) (*payment.Webhook, error) {
+	mw := s.middleware[PaymentEvents]
+	if mw == nil {
+		return nil, errors.New("orderservice: payment webhooks need Options.Idempotency")
+	}
+	return payment.NewWebhook(payment.Config{Verifier: v, Middleware: mw, Orders: s.sql.orders, DB: s.db, Observe: observe})
+}
+
+// PaymentOrders is the order store's SQL in the service's dialect, payments
+// included: what a consumer of payment events applies them with
+// (payment.Apply).
+func (s *Service) PaymentOrders() idempotency.Orders { return s.sql.orders }
 
 // Principal returns the request's principal (X-User-ID, a positive
 // integer), or the 401 problem to answer.
