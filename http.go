@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 )
 
 // exchange is one HTTP request through Handler: the net/http front-end of
@@ -70,7 +71,9 @@ func (x *exchange) readKey() error {
 	name := x.a.m.cfg.HeaderName
 	values := x.r.Header.Values(name)
 	switch {
-	case len(values) == 0 || (len(values) == 1 && values[0] == ""):
+	case len(values) == 0 || (len(values) == 1 && strings.Trim(values[0], " \t") == ""):
+		// An empty header is no key, as it is on every front-end (HTTP/1
+		// trims the blanks around a value; HTTP/2 does not).
 		return ErrMissingKey
 	case len(values) > 1:
 		return fmt.Errorf("%w: send exactly one %s header", ErrInvalidKey, name)

@@ -23,10 +23,24 @@ type Config struct {
 	// DeclareQueue).
 	Queue string
 
+	// QueueType is Queue's type, which says who counts a message's
+	// deliveries (queue.Message.Delivery, against MaxDeliveries): on a
+	// QuorumQueue, the broker's x-delivery-count, across consumers and
+	// restarts; on a ClassicQueue, this Consumer, by the message's key,
+	// so that MaxDeliveries is then per consumer process, and an
+	// x-delivery-count, which only a publisher can have set there, is
+	// ignored. AMQP 0-9-1 cannot tell a queue's type: set QuorumQueue for
+	// a quorum queue (ClassicQueue on one dead-letters a message later
+	// than MaxDeliveries says, never sooner). Defaults to ClassicQueue.
+	QueueType QueueType
+
 	// DeadLetterQueue receives a message that can never be done, with the
 	// reason in its headers (queue.ReasonHeader and the others), through
 	// the default exchange; the message is acked only once the broker
-	// confirmed the dead letter. It is declared durable if missing.
+	// confirmed the dead letter in that queue. It is declared durable if
+	// missing when a session starts; if it is deleted (or expires) later,
+	// the broker returns the dead letters and their messages stay in
+	// Queue, delivered again after RetryDelay, until it exists again.
 	// Defaults to none: the message is rejected without requeue, to the
 	// queue's own dead-letter exchange if it has one, and its reason only
 	// logged.
@@ -57,6 +71,13 @@ type Consumer struct {
 func New(cfg Config) (*Consumer, error) {
 	if cfg.URL == "" || cfg.Queue == "" {
 		return nil, errors.New("idemamqp: Config.URL and Config.Queue are required")
+	}
+	switch cfg.QueueType {
+	case "":
+		cfg.QueueType = ClassicQueue
+	case ClassicQueue, QuorumQueue:
+	default:
+		return nil, fmt.Errorf("idemamqp: Config.QueueType %q: want %q or %q", cfg.QueueType, ClassicQueue, QuorumQueue)
 	}
 	p, err := queue.New(cfg.Queue, cfg.Config)
 	if err != nil {
@@ -96,8 +117,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 }
 
 // DeclareQueue declares the queue name durable, with args (a quorum
-// queue: {"x-queue-type": "quorum"}), unless it exists: an existing queue
-// is used as it is, whatever its arguments.
+// queue: {"x-queue-type": "quorum"}, and then Config.QueueType
+// QuorumQueue), unless it exists: an existing queue is used as it is,
+// whatever its arguments.
 func DeclareQueue(conn *amqp.Connection, name string, args amqp.Table) error {
 	ch, err := conn.Channel()
 	if err != nil {
@@ -147,7 +169,7 @@ func (c *Consumer) session(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("idemamqp: consume %s: %w", c.cfg.Queue, err)
 	}
-	s := &session{c: c, pub: pub, held: map[*time.Timer]amqp.Delivery{}}
+	s := &session{c: c, pub: newPublisher(pub), held: map[*time.Timer]amqp.Delivery{}}
 	stop := context.AfterFunc(ctx, func() { _ = sub.Cancel(tag, false) })
 	defer stop()
 	in := make(chan queue.Delivery, c.cfg.Workers*c.cfg.BatchSize) // what a batch takes waits here

@@ -35,14 +35,21 @@ type testBundle struct {
 }
 
 // setup declares the queue with args ({"x-queue-type": "quorum"} or
-// nil) and runs a consumer of it, configured by edit, until t ends.
+// nil) and runs a consumer of it, of that QueueType, configured by edit,
+// until t ends.
 func setup(t *testing.T, args amqp.Table, edit func(*idemamqp.Config)) *testBundle {
+	t.Helper()
+	return setupMiddleware(t, args, nil, edit)
+}
+
+// setupMiddleware is setup with a Middleware configured by mwCfg.
+func setupMiddleware(t *testing.T, args amqp.Table, mwCfg *idempotency.Config, edit func(*idemamqp.Config)) *testBundle {
 	t.Helper()
 	b := &testBundle{url: brokertest.AMQP(t), queue: brokertest.Name("idemamqp"), settled: make(chan queue.Settlement, 16)}
 	b.dead = b.queue + ".dead-letter"
 	db, _ := testdb.MySQL(t)
 	require.NoError(t, idempotency.Migrate(context.Background(), db))
-	mw, err := idempotency.New(idempotency.NewMySQLStore(db), nil)
+	mw, err := idempotency.New(idempotency.NewMySQLStore(db), mwCfg)
 	require.NoError(t, err)
 	b.conn, err = amqp.Dial(b.url)
 	require.NoError(t, err)
@@ -69,6 +76,9 @@ func setup(t *testing.T, args amqp.Table, edit func(*idemamqp.Config)) *testBund
 			Observe: func(s queue.Settlement) { b.settled <- s },
 		},
 		URL: b.url, Queue: b.queue, DeadLetterQueue: b.dead, ReconnectDelay: 50 * time.Millisecond,
+	}
+	if args["x-queue-type"] == "quorum" {
+		cfg.QueueType = idemamqp.QuorumQueue
 	}
 	if edit != nil {
 		edit(&cfg)

@@ -2,7 +2,6 @@ package idemamqp
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -18,7 +17,7 @@ import (
 // nack.
 type session struct {
 	c   *Consumer
-	pub *amqp.Channel
+	pub *publisher
 
 	mu       sync.Mutex
 	held     map[*time.Timer]amqp.Delivery
@@ -37,8 +36,8 @@ func (s *session) delivery(d amqp.Delivery) *delivery {
 	if m.CorrelationID == "" {
 		m.CorrelationID = d.MessageId
 	}
-	out := &delivery{s: s, d: d, m: m, id: countID(m)}
-	m.Delivery = s.c.counts.seen(out.id, d)
+	out := &delivery{s: s, d: d, m: m, id: countID(s.c.cfg.Config, m)}
+	m.Delivery = s.c.counts.seen(s.c.cfg.QueueType, out.id, d)
 	return out
 }
 
@@ -71,7 +70,13 @@ func (d *delivery) Nak(_ context.Context, delay time.Duration) error {
 }
 
 // DeadLetter publishes the message with the reason to the dead-letter
-// queue, waits for the broker's confirm, then acks the delivery.
+// queue, mandatory, waits for the broker's confirm, then acks the
+// delivery. A dead letter the broker returned (the queue was deleted, or
+// expired, since the session declared it) is an error, as a nack is: the
+// message stays in its queue. The dead letter keeps the message's
+// headers but the broker's counters (x-delivery-count, x-death and the
+// others, brokerHeader): moved back to its queue after a fix, it is a
+// message on its first delivery.
 func (d *delivery) DeadLetter(ctx context.Context, reason map[string]string) error {
 	cfg := d.s.c.cfg
 	if cfg.DeadLetterQueue == "" {
@@ -80,12 +85,14 @@ func (d *delivery) DeadLetter(ctx context.Context, reason map[string]string) err
 	}
 	h := amqp.Table{}
 	for k, v := range d.d.Headers {
-		h[k] = v
+		if !brokerHeader(k) {
+			h[k] = v
+		}
 	}
 	for k, v := range reason {
 		h[k] = v
 	}
-	if err := d.s.publish(ctx, cfg.DeadLetterQueue, amqp.Publishing{
+	if err := d.s.pub.publish(ctx, cfg.DeadLetterQueue, true, amqp.Publishing{
 		Headers: h, ContentType: d.d.ContentType, ContentEncoding: d.d.ContentEncoding,
 		DeliveryMode: amqp.Persistent, CorrelationId: d.d.CorrelationId, MessageId: d.d.MessageId,
 		Timestamp: d.d.Timestamp, Type: d.d.Type, AppId: d.d.AppId, Body: d.d.Body,
@@ -97,9 +104,14 @@ func (d *delivery) DeadLetter(ctx context.Context, reason map[string]string) err
 }
 
 // Reply publishes the answer to reply_to through the default exchange,
-// with the request's correlation_id (its message_id if it had none), the
-// Status header, the recorded Content-Type and Location, and
-// Idempotent-Replayed on a replay; it waits for the broker's confirm.
+// mandatory, with the request's correlation_id (its message_id if it had
+// none), the Status header, the recorded Content-Type and Location, and
+// Idempotent-Replayed on a replay; it waits for the broker's confirm. A
+// reply the broker returned (its queue is gone: the client went away)
+// wraps queue.ErrUndeliverable, as no redelivery can deliver it; a nack
+// or a lost channel does not. A reply to the direct reply-to
+// pseudo-queue (amq.rabbitmq.reply-to) is not mandatory: RabbitMQ returns
+// those whether or not it delivered them.
 func (d *delivery) Reply(ctx context.Context, r queue.Reply) error {
 	h := amqp.Table{queue.StatusHeader: strconv.Itoa(r.Status)}
 	contentType := ""
@@ -115,26 +127,9 @@ func (d *delivery) Reply(ctx context.Context, r queue.Reply) error {
 	if r.Replayed {
 		h[queue.ReplayedHeader] = "true"
 	}
-	return d.s.publish(ctx, d.m.ReplyTo, amqp.Publishing{
+	return undeliverable(d.s.pub.publish(ctx, d.m.ReplyTo, !directReplyTo(d.m.ReplyTo), amqp.Publishing{
 		Headers: h, ContentType: contentType, CorrelationId: d.m.CorrelationID, Body: r.Body,
-	})
-}
-
-// publish publishes msg to the queue key through the default exchange and
-// waits for the broker's confirm.
-func (s *session) publish(ctx context.Context, key string, msg amqp.Publishing) error {
-	dc, err := s.pub.PublishWithDeferredConfirmWithContext(ctx, "", key, false, false, msg)
-	if err != nil {
-		return err
-	}
-	ok, err := dc.WaitContext(ctx)
-	switch {
-	case err != nil:
-		return err
-	case !ok:
-		return errors.New("the broker refused it (basic.nack)")
-	}
-	return nil
+	}))
 }
 
 // hold requeues d after delay, or when the session ends.
@@ -197,85 +192,4 @@ func text(v any) string {
 		return ""
 	}
 	return fmt.Sprint(v)
-}
-
-// deliveryCounts counts the deliveries of each message a quorum queue
-// does not count for us (a classic queue keeps no count: only whether a
-// delivery is a redelivery).
-type deliveryCounts struct {
-	mu sync.Mutex
-	n  map[string]int
-}
-
-// maxCounted bounds the counts kept: past it they start again (a message
-// then dead-letters later than MaxDeliveries says, never sooner).
-const maxCounted = 1 << 16
-
-func newDeliveryCounts() *deliveryCounts { return &deliveryCounts{n: map[string]int{}} }
-
-// countID is what a message's deliveries are counted by: its id, else its
-// key header.
-func countID(m *queue.Message) string {
-	if m.ID != "" {
-		return "id:" + m.ID
-	}
-	if k, _ := m.HeaderValue(queue.KeyHeader); k != "" {
-		return "key:" + k
-	}
-	return ""
-}
-
-// seen counts d and returns its delivery number: a quorum queue's
-// x-delivery-count + 1, else this consumer's count.
-func (c *deliveryCounts) seen(id string, d amqp.Delivery) int {
-	if n, ok := deliveryCount(d.Headers["x-delivery-count"]); ok {
-		return n + 1
-	}
-	if id == "" {
-		if d.Redelivered {
-			return 2
-		}
-		return 1
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !d.Redelivered {
-		c.n[id] = 0
-	}
-	if len(c.n) >= maxCounted {
-		clear(c.n)
-	}
-	c.n[id]++
-	return c.n[id]
-}
-
-func (c *deliveryCounts) forget(id string) {
-	if id == "" {
-		return
-	}
-	c.mu.Lock()
-	delete(c.n, id)
-	c.mu.Unlock()
-}
-
-func deliveryCount(v any) (int, bool) {
-	switch v := v.(type) {
-	case int64:
-		return int(v), true
-	case int32:
-		return int(v), true
-	case int:
-		return v, true
-	case int16:
-		return int(v), true
-	case int8:
-		return int(v), true
-	case uint8:
-		return int(v), true
-	case uint16:
-		return int(v), true
-	case uint32:
-		return int(v), true
-	}
-	return 0, false
 }

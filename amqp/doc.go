@@ -24,8 +24,27 @@
 //	})
 //	err := c.Run(ctx)
 //
-// A delivery's count is a quorum queue's x-delivery-count; on a classic
-// queue, which keeps none, the Consumer counts the deliveries it saw of
-// each message id itself, so Config.MaxDeliveries is then per consumer
-// process.
+// Replies and dead letters are published mandatory, with publisher
+// confirms: one that no queue takes comes back (basic.return) instead of
+// being confirmed and dropped. A dead letter that comes back (its queue
+// was deleted) leaves its message in the queue, delivered again; a reply
+// that comes back (its reply_to queue is gone with its client) wraps
+// queue.ErrUndeliverable, so that the message, done, is acked all the
+// same.
+//
+// A delivery's count is a quorum queue's x-delivery-count
+// (Config.QueueType QuorumQueue); on a classic queue, which keeps none,
+// the Consumer counts the deliveries it saw of each key itself (the key
+// the processor claims, whatever header carries it), so
+// Config.MaxDeliveries is then per consumer process. A dead letter leaves
+// the broker's counters behind (x-delivery-count, x-death, …): moved back
+// to its queue after a fix, it starts from its first delivery.
+//
+// On RabbitMQ 4, a quorum queue drops or dead-letters a message past its
+// delivery limit, 20 deliveries by default, and every requeue counts: the
+// Consumer, which requeues a message without limit while another consumer
+// holds its key or the database is down, needs the queue declared with
+// x-delivery-limit -1 (RabbitMQ 4 only: RabbitMQ 3 reads -1 as a limit),
+// or a dead-letter exchange, or both, as examples/orderconsumer declares
+// them.
 package idemamqp

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -69,47 +70,85 @@ func New(js jetstream.JetStream, cons jetstream.Consumer, cfg Config) (*Consumer
 }
 
 // Run consumes until ctx ends, or the consumer is gone. It returns once
-// every message it took is settled; a message it had taken and not begun
-// is negatively acked, to be delivered again at once. A lost connection is
-// nats.go's to restore meanwhile (see nats.MaxReconnects).
+// every message it took is settled; a message it had taken and not begun,
+// whether waiting for a worker or still in the client's prefetch buffer,
+// is negatively acked as soon as ctx ends, to be delivered again at once.
+// A lost connection is nats.go's to restore meanwhile (see
+// nats.MaxReconnects).
 func (c *Consumer) Run(ctx context.Context) error {
 	it, err := c.cons.Messages(jetstream.PullMaxMessages(c.cfg.Prefetch))
 	if err != nil {
 		return err
 	}
-	stop := context.AfterFunc(ctx, it.Stop)
+	// Drain, not Stop: Stop drops the messages the client has already
+	// pulled, and the server, which counts them delivered, would hold each
+	// for AckWait before delivering it to anyone. Drained, they come out
+	// of the iterator, to be naked.
+	stop := context.AfterFunc(ctx, it.Drain)
 	defer stop()
 	in := make(chan queue.Delivery, c.cfg.Workers*c.cfg.BatchSize) // what a batch takes waits here
 	ended := make(chan error, 1)
+	go c.read(ctx, it, in, ended)
+	// What waits for a worker is handed back once ctx ends and the
+	// iterator is drained (read closes in), not once the workers finish
+	// the batches they are doing.
+	processed, handedBack := make(chan struct{}), make(chan struct{})
 	go func() {
-		defer close(in)
-		for {
-			msg, err := it.Next()
-			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-				ended <- err
-				return
-			}
-			if err != nil {
-				c.cfg.Logger.Warn("idemnats: consuming", "err", err)
-				continue
-			}
-			d := c.delivery(msg)
-			select {
-			case in <- d:
-			case <-ctx.Done():
-				_ = msg.Nak()
-			}
+		defer close(handedBack)
+		select {
+		case <-ctx.Done():
+		case <-processed:
+		}
+		var waiting []queue.Delivery
+		for d := range in {
+			waiting = append(waiting, d)
+		}
+		for _, d := range waiting {
+			_ = d.Nak(context.Background(), 0)
 		}
 	}()
 	c.p.Run(ctx, in)
-	it.Stop()
-	for d := range in {
-		_ = d.Nak(context.Background(), 0)
-	}
+	close(processed)
+	<-handedBack
 	if ctx.Err() != nil {
 		return nil
 	}
 	return fmt.Errorf("idemnats: the consumer stopped: %w", <-ended)
+}
+
+// read hands the iterator's messages to the workers through in until the
+// iterator ends, then closes in. Once ctx has ended it keeps the messages
+// the drained iterator still yields instead, and naks them when it is
+// done: the server delivers a message naked while this client's pull
+// request still stands straight back to it, one more delivery counted.
+func (c *Consumer) read(ctx context.Context, it jetstream.MessagesContext, in chan<- queue.Delivery, ended chan<- error) {
+	var notBegun []jetstream.Msg
+	defer func() {
+		close(in)
+		for _, msg := range notBegun {
+			_ = msg.Nak()
+		}
+	}()
+	for {
+		msg, err := it.Next()
+		if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+			ended <- err
+			return
+		}
+		if err != nil {
+			c.cfg.Logger.Warn("idemnats: consuming", "err", err)
+			continue
+		}
+		if ctx.Err() != nil {
+			notBegun = append(notBegun, msg)
+			continue
+		}
+		select {
+		case in <- c.delivery(msg):
+		case <-ctx.Done():
+			notBegun = append(notBegun, msg)
+		}
+	}
 }
 
 // delivery reads a JetStream message as the queue's.
@@ -121,7 +160,7 @@ func (c *Consumer) delivery(msg jetstream.Msg) *delivery {
 	d := &delivery{c: c, msg: msg, m: m}
 	if meta, err := msg.Metadata(); err == nil {
 		m.Delivery = int(meta.NumDelivered)
-		d.stream, d.seq = meta.Stream, meta.Sequence.Stream
+		d.stream, d.seq, d.stored = meta.Stream, meta.Sequence.Stream, meta.Timestamp
 	}
 	return d
 }
@@ -135,6 +174,7 @@ type delivery struct {
 	m      *queue.Message
 	stream string
 	seq    uint64
+	stored time.Time // when the stream stored the message
 }
 
 func (d *delivery) Message() *queue.Message { return d.m }
@@ -150,20 +190,26 @@ func (d *delivery) Nak(_ context.Context, delay time.Duration) error {
 
 // DeadLetter publishes the message with the reason to the dead-letter
 // subject, waits for the stream's acknowledgement, then terminates the
-// message. The dead letter's Nats-Msg-Id is its stream and sequence: a
-// message dead-lettered again after a lost Term is stored once.
+// message. The dead letter carries the message's own headers but none of
+// the server's (Nats-*), whose publish guards (Nats-Expected-Stream, …)
+// were the message's and would make the dead-letter stream refuse it; the
+// message's id is kept as queue.MessageIDHeader. Its Nats-Msg-Id is
+// deadLetterID: a message dead-lettered again after a lost Term is stored
+// once.
 func (d *delivery) DeadLetter(ctx context.Context, reason map[string]string) error {
 	if d.c.cfg.DeadLetterSubject != "" {
 		out := nats.NewMsg(d.c.cfg.DeadLetterSubject)
 		for k, vs := range d.m.Header {
+			if isServerHeader(k) || hasKeyFold(reason, k) {
+				continue
+			}
 			out.Header[k] = append([]string(nil), vs...)
 		}
 		for k, v := range reason {
 			out.Header.Set(k, v)
 		}
-		out.Header.Del(nats.MsgIdHdr)
 		if d.stream != "" {
-			out.Header.Set(nats.MsgIdHdr, "dead-letter:"+d.stream+":"+strconv.FormatUint(d.seq, 10))
+			out.Header.Set(nats.MsgIdHdr, d.deadLetterID())
 		}
 		out.Data = d.m.Body
 		if _, err := d.c.js.PublishMsg(ctx, out); err != nil {
@@ -173,10 +219,44 @@ func (d *delivery) DeadLetter(ctx context.Context, reason map[string]string) err
 	return d.msg.Term()
 }
 
+// deadLetterID is the dead letter's Nats-Msg-Id: the message's stream,
+// sequence and the time the stream stored it. The sequence alone repeats
+// when a stream is deleted and created again, and the dead-letter stream
+// would drop the new message's dead letter as a duplicate of the old
+// one's; the stored time tells them apart, yet is the same on every
+// delivery of one message.
+func (d *delivery) deadLetterID() string {
+	return "dead-letter:" + d.stream + ":" + strconv.FormatUint(d.seq, 10) + ":" + strconv.FormatInt(d.stored.UnixNano(), 10)
+}
+
+// isServerHeader reports whether a header is one of the server's own
+// (Nats-Msg-Id, Nats-Expected-*, Nats-TTL, Nats-Rollup, …): a publish
+// guard or instruction to the stream, never business data.
+func isServerHeader(name string) bool {
+	const prefix = "Nats-"
+	return len(name) >= len(prefix) && strings.EqualFold(name[:len(prefix)], prefix)
+}
+
+// hasKeyFold reports whether h has the key name, ignoring case.
+func hasKeyFold(h map[string]string, name string) bool {
+	for k := range h {
+		if strings.EqualFold(k, name) {
+			return true
+		}
+	}
+	return false
+}
+
 // Reply publishes the answer to the Reply-To subject: the body, Status,
 // the recorded Content-Type and Location, and Idempotent-Replayed on a
-// replay.
+// replay. Over core NATS a reply is fire-and-forget: a subject nobody
+// listens on is no failure. A subject no message can be published to,
+// or a reply the server can never take (too large, no headers), is lost
+// for good: the error wraps queue.ErrUndeliverable.
 func (d *delivery) Reply(_ context.Context, r queue.Reply) error {
+	if !publishable(d.m.ReplyTo) {
+		return fmt.Errorf("idemnats: reply subject %q: %w: not a subject a message can be published to", d.m.ReplyTo, queue.ErrUndeliverable)
+	}
 	out := nats.NewMsg(d.m.ReplyTo)
 	for k, vs := range r.Header {
 		out.Header[k] = append([]string(nil), vs...)
@@ -186,5 +266,26 @@ func (d *delivery) Reply(_ context.Context, r queue.Reply) error {
 		out.Header.Set(queue.ReplayedHeader, "true")
 	}
 	out.Data = r.Body
-	return d.c.js.Conn().PublishMsg(out)
+	err := d.c.js.Conn().PublishMsg(out)
+	if errors.Is(err, nats.ErrBadSubject) || errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, nats.ErrHeadersNotSupported) {
+		return fmt.Errorf("idemnats: reply to %q: %w: %w", d.m.ReplyTo, queue.ErrUndeliverable, err)
+	}
+	return err
+}
+
+// publishable reports whether subject is one a message can be published
+// to: tokens that are neither empty nor a wildcard, and no whitespace.
+// nats.go checks only the whitespace; a server that is not pedantic
+// takes the rest without a word, drops a subject with an empty token and
+// hands a wildcard's to whoever subscribed to a matching wildcard.
+func publishable(subject string) bool {
+	if subject == "" || strings.ContainsAny(subject, " \t\r\n") {
+		return false
+	}
+	for token := range strings.SplitSeq(subject, ".") {
+		if token == "" || token == "*" || token == ">" {
+			return false
+		}
+	}
+	return true
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,23 +20,41 @@ import (
 	"github.com/orderguard/idempotency/queue"
 )
 
-// testBundle is a stream of this test's own with a durable consumer, and
-// a Consumer of it over a fresh MariaDB database whose handler answers
-// what status says (201 unless set), counting its runs.
+// testBundle is a stream of this test's own with a durable consumer, a
+// dead-letter stream of its own beside it, and a Consumer of it over a
+// fresh MariaDB database whose handler answers what status says (201
+// unless set), counting its runs.
 type testBundle struct {
-	nc       *nats.Conn
-	js       jetstream.JetStream
-	stream   string
-	subject  string
-	dead     string
-	cons     jetstream.Consumer
-	status   atomic.Int32
-	runs     atomic.Int32
-	settled  chan queue.Settlement
-	consumer *idemnats.Consumer
+	nc         *nats.Conn
+	js         jetstream.JetStream
+	stream     string
+	subject    string
+	deadStream string
+	dead       string
+	cfg        idemnats.Config
+	cons       jetstream.Consumer
+	status     atomic.Int32
+	runs       atomic.Int32
+	settled    chan queue.Settlement
+	ended      chan struct{} // closed as the test ends: nobody reads settled
+	end        func()
+	consumer   *idemnats.Consumer
+	running    *running
 }
 
+// setup builds the bundle and runs its Consumer until the test ends; edit
+// changes the Consumer's configuration.
 func setup(t *testing.T, edit func(*idemnats.Config)) *testBundle {
+	t.Helper()
+	b := newBundle(t, edit)
+	b.create(t, nil)
+	b.start(t)
+	return b
+}
+
+// newBundle builds the bundle but neither its stream nor its Consumer:
+// create and start do.
+func newBundle(t *testing.T, edit func(*idemnats.Config)) *testBundle {
 	t.Helper()
 	url := brokertest.NATS(t)
 	db, _ := testdb.MySQL(t)
@@ -47,17 +66,18 @@ func setup(t *testing.T, edit func(*idemnats.Config)) *testBundle {
 	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
-	b := &testBundle{nc: nc, js: js, stream: brokertest.Name("IDEMNATS"), settled: make(chan queue.Settlement, 16)}
+	b := &testBundle{nc: nc, js: js, stream: brokertest.Name("IDEMNATS"), settled: make(chan queue.Settlement, 16),
+		ended: make(chan struct{})}
+	b.end = sync.OnceFunc(func() { close(b.ended) })
+	b.deadStream = b.stream + "_DEAD"
 	b.subject, b.dead = "test."+b.stream+".in", "test."+b.stream+".dead"
-	ctx := context.Background()
-	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: b.stream, Subjects: []string{b.subject, b.dead}})
+	_, err = js.CreateStream(context.Background(), jetstream.StreamConfig{Name: b.deadStream, Subjects: []string{b.dead}})
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), b.stream) })
-	b.cons, err = js.CreateOrUpdateConsumer(ctx, b.stream, jetstream.ConsumerConfig{
-		Durable: "test", FilterSubject: b.subject, AckPolicy: jetstream.AckExplicitPolicy, MaxDeliver: -1,
+	t.Cleanup(func() {
+		_ = js.DeleteStream(context.Background(), b.stream)
+		_ = js.DeleteStream(context.Background(), b.deadStream)
 	})
-	require.NoError(t, err)
-	cfg := idemnats.Config{
+	b.cfg = idemnats.Config{
 		Config: queue.Config{
 			Middleware: mw, Route: "POST /orders",
 			Backoff: queue.Backoff{Initial: 50 * time.Millisecond, Max: 50 * time.Millisecond}, MaxDeliveries: 3,
@@ -69,23 +89,92 @@ func setup(t *testing.T, edit func(*idemnats.Config)) *testBundle {
 				}
 				return idempotency.Result{Status: status, Header: map[string][]string{"Content-Type": {"application/json"}}, Body: []byte(`{"ok":true}`)}
 			},
-			Observe: func(s queue.Settlement) { b.settled <- s },
+			Observe: func(s queue.Settlement) {
+				select {
+				case b.settled <- s:
+				case <-b.ended:
+				}
+			},
 		},
 		DeadLetterSubject: b.dead,
 	}
 	if edit != nil {
-		edit(&cfg)
+		edit(&b.cfg)
 	}
-	b.consumer, err = idemnats.New(js, b.cons, cfg)
+	return b
+}
+
+// create creates the stream, its durable consumer (editCons changes its
+// configuration) and a Consumer of it.
+func (b *testBundle) create(t *testing.T, editCons func(*jetstream.ConsumerConfig)) {
+	t.Helper()
+	ctx := context.Background()
+	_, err := b.js.CreateStream(ctx, jetstream.StreamConfig{Name: b.stream, Subjects: []string{b.subject}})
 	require.NoError(t, err)
-	runCtx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- b.consumer.Run(runCtx) }()
+	cc := jetstream.ConsumerConfig{
+		Durable: "test", FilterSubject: b.subject, AckPolicy: jetstream.AckExplicitPolicy, MaxDeliver: -1,
+	}
+	if editCons != nil {
+		editCons(&cc)
+	}
+	b.cons, err = b.js.CreateOrUpdateConsumer(ctx, b.stream, cc)
+	require.NoError(t, err)
+	b.consumer, err = idemnats.New(b.js, b.cons, b.cfg)
+	require.NoError(t, err)
+}
+
+// running is one Run of the bundle's Consumer.
+type running struct {
+	cancel context.CancelFunc
+	done   chan error
+	once   sync.Once
+	err    error
+}
+
+// wait returns what Run returned, once it did.
+func (r *running) wait() error {
+	r.once.Do(func() { r.err = <-r.done })
+	return r.err
+}
+
+// start runs the Consumer until stop, or the test's end.
+func (b *testBundle) start(t *testing.T) *running {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{cancel: cancel, done: make(chan error, 1)}
+	c := b.consumer
+	go func() { r.done <- c.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
-		require.NoError(t, <-done)
+		b.end()
+		require.NoError(t, r.wait())
 	})
-	return b
+	b.running = r
+	return r
+}
+
+// stop ends the Consumer's Run and waits for it to return.
+func (b *testBundle) stop(t *testing.T) {
+	t.Helper()
+	b.running.cancel()
+	require.NoError(t, b.running.wait())
+}
+
+// deadLetters returns the dead letters stored, oldest first.
+func (b *testBundle) deadLetters(t *testing.T) []*jetstream.RawStreamMsg {
+	t.Helper()
+	ctx := context.Background()
+	stream, err := b.js.Stream(ctx, b.deadStream)
+	require.NoError(t, err)
+	info, err := stream.Info(ctx)
+	require.NoError(t, err)
+	var out []*jetstream.RawStreamMsg
+	for seq := info.State.FirstSeq; seq > 0 && seq <= info.State.LastSeq; seq++ {
+		m, err := stream.GetMsg(ctx, seq)
+		require.NoError(t, err)
+		out = append(out, m)
+	}
+	return out
 }
 
 func (b *testBundle) publish(t *testing.T, h nats.Header, body string) uint64 {
@@ -125,10 +214,9 @@ func TestADeadLetter_IsStoredWithTheReason_ThenTheMessageTerminated(t *testing.T
 	s := b.next(t)
 	require.Equal(t, queue.DeadLetter, s.Decision, "%+v", s)
 	b.ackedUpTo(t, seq)
-	stream, err := b.js.Stream(context.Background(), b.stream)
-	require.NoError(t, err)
-	dl, err := stream.GetLastMsgForSubject(context.Background(), b.dead)
-	require.NoError(t, err, "the dead letter is in the stream")
+	dls := b.deadLetters(t)
+	require.Len(t, dls, 1, "the dead letter is in the dead-letter stream")
+	dl := dls[0]
 	require.Equal(t, `{"a":1}`, string(dl.Data))
 	require.Equal(t, idempotency.ProblemInvalidKey, dl.Header.Get(queue.ReasonHeader))
 	require.Equal(t, "400", dl.Header.Get(queue.DeadStatusHeader))

@@ -216,7 +216,11 @@ func (c Config) validate() error {
 }
 
 // keyFromHeaderOrID is the default Config.Key: the key header, parsed as
-// over HTTP, else the message's id.
+// over HTTP, else the message's id. One empty key header is no key, as
+// over HTTP, where one of only spaces and tabs arrives empty too (HTTP/1.1
+// strips the optional whitespace around a value, and so does NATS before
+// a value): a publisher that always sets the header, empty when it has no
+// key, gets its message id as the key, not a dead letter.
 func keyFromHeaderOrID(mw *idempotency.Middleware) func(m *Message) (string, error) {
 	header, maxLen := KeyHeader, 255
 	if mw != nil {
@@ -227,7 +231,7 @@ func keyFromHeaderOrID(mw *idempotency.Middleware) func(m *Message) (string, err
 		switch {
 		case n > 1:
 			return "", fmt.Errorf("%w: send exactly one %s header", idempotency.ErrInvalidKey, header)
-		case n == 1:
+		case n == 1 && strings.Trim(v, " \t") != "":
 			return idempotency.ParseKey(v, maxLen)
 		case len(m.ID) > maxLen:
 			return "", fmt.Errorf("%w: the message id has %d bytes, more than %d", idempotency.ErrInvalidKey, len(m.ID), maxLen)

@@ -62,7 +62,10 @@ type Delivery interface {
 	// destination it terminates the message (JetStream) or rejects it to
 	// the queue's own dead-letter exchange (AMQP).
 	DeadLetter(ctx context.Context, header map[string]string) error
-	// Reply publishes r to the message's ReplyTo.
+	// Reply publishes r to the message's ReplyTo. Its error wraps
+	// ErrUndeliverable when the broker refuses the reply for good; any
+	// other error is taken for a passing failure, and the message is
+	// delivered again to reply again.
 	Reply(ctx context.Context, r Reply) error
 }
 

@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"mime"
 	"strconv"
 	"strings"
@@ -54,6 +55,12 @@ type Settlement struct {
 	// or dead letter turns the decision into a Nak; a failed Ack or Nak
 	// leaves the message to the broker, which delivers it again.
 	Err error
+	// ReplyErr is the reply that was lost for good: the broker refused it
+	// permanently (it wraps ErrUndeliverable), so the message was settled
+	// as decided all the same, since delivering it again could only lose
+	// the reply again. Nil when the reply was published, or none was
+	// asked for.
+	ReplyErr error
 }
 
 // settleTimeout bounds one settlement's broker calls.
@@ -106,7 +113,9 @@ func (p *Processor) failed(s *Settlement) {
 // settle carries a decision out with the broker: the reply first, when
 // the message asked for one and the decision is final, then the
 // settlement. A reply or a dead letter that the broker did not take makes
-// it a Nak: the next delivery replays the record and replies again.
+// it a Nak: the next delivery replays the record and replies again. A
+// reply the broker refuses for good (ErrUndeliverable) does not: no
+// delivery could ever settle the message, which would replay for ever.
 func (p *Processor) settle(ctx context.Context, d Delivery, s Settlement) {
 	if p.cfg.BeforeSettle != nil {
 		p.cfg.BeforeSettle(s)
@@ -115,7 +124,12 @@ func (p *Processor) settle(ctx context.Context, d Delivery, s Settlement) {
 	defer cancel()
 	m := s.Message
 	if s.Decision != Nak && m.ReplyTo != "" {
-		if err := d.Reply(ctx, replyOf(s.Answer)); err != nil {
+		switch err := d.Reply(ctx, replyOf(s.Answer)); {
+		case errors.Is(err, ErrUndeliverable):
+			p.cfg.Logger.Warn("queue: reply lost for good; settling the message as decided", "source", m.Source,
+				"reply_to", m.ReplyTo, "decision", s.Decision.String(), "err", err)
+			s.ReplyErr = err
+		case err != nil:
 			p.cfg.Logger.Warn("queue: reply not published; delivering the message again", "source", m.Source, "reply_to", m.ReplyTo, "err", err)
 			s.Decision, s.Delay, s.Err = Nak, p.cfg.RetryDelay, err
 		}

@@ -16,6 +16,16 @@
 // that can never be done goes to orders.create.dead-letter (a stream
 // ORDERS_DEAD_LETTER, or a queue) with the reason in its headers.
 //
+// The RabbitMQ queue is declared so that the broker never drops an order
+// the consumer requeues without limit (while another consumer holds its
+// key, or the database is down): on RabbitMQ 4, whose quorum queues
+// otherwise drop a message after 20 deliveries, with x-delivery-limit -1;
+// and on every version with orders.create.dead-letter as its dead-letter
+// queue, where a message goes if a limit applies all the same (an
+// operator's policy), with the broker's reason in x-death. A queue that
+// exists is used as it is: delete one declared by an earlier version of
+// this example to have it declared so.
+//
 // Publish with the same program (it waits for the reply with -reply):
 //
 //	go run ./examples/orderconsumer publish -broker nats://127.0.0.1:4222 \

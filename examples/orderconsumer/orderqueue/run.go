@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -28,7 +30,8 @@ func Run(ctx context.Context, svc *orderservice.Service, opts Options) error {
 			return err
 		}
 		c, err := idemamqp.New(idemamqp.Config{
-			Config: cfg, URL: opts.Broker, Queue: opts.Topology.Queue, DeadLetterQueue: opts.Topology.DeadLetterQueue,
+			Config: cfg, URL: opts.Broker, Queue: opts.Topology.Queue, QueueType: idemamqp.QuorumQueue,
+			DeadLetterQueue: opts.Topology.DeadLetterQueue,
 		})
 		if err != nil {
 			return err
@@ -65,8 +68,12 @@ func ConnectNATS(url string) (*nats.Conn, error) {
 // EnsureTopology creates what t names on broker unless it exists: the
 // JetStream streams (file storage) of the orders and of their dead
 // letters, or the durable RabbitMQ queues (a quorum queue for the orders,
-// which counts deliveries). It leaves out the JetStream consumer, which
-// Run creates or updates with its AckWait.
+// which counts deliveries, with the arguments of ordersQueueArguments).
+// It leaves out the JetStream consumer, which Run creates or updates with
+// its AckWait. A queue that exists is used as it is: one declared by an
+// earlier version of this example, without those arguments, keeps
+// RabbitMQ 4's delivery limit of 20 until it is deleted and declared
+// again, or a policy sets delivery-limit -1 and the dead-letter exchange.
 func EnsureTopology(ctx context.Context, broker string, t Topology) error {
 	kind, err := brokerKind(broker)
 	if err != nil {
@@ -78,10 +85,14 @@ func EnsureTopology(ctx context.Context, broker string, t Topology) error {
 			return err
 		}
 		defer conn.Close()
-		if err := idemamqp.DeclareQueue(conn, t.Queue, amqp.Table{"x-queue-type": "quorum"}); err != nil {
+		// The dead letters' queue first: the orders' queue routes to it.
+		if err := idemamqp.DeclareQueue(conn, t.DeadLetterQueue, nil); err != nil {
+			return fmt.Errorf("orderqueue: queue %s: %w", t.DeadLetterQueue, err)
+		}
+		if err := idemamqp.DeclareQueue(conn, t.Queue, ordersQueueArguments(conn.Properties, t)); err != nil {
 			return fmt.Errorf("orderqueue: queue %s: %w", t.Queue, err)
 		}
-		return idemamqp.DeclareQueue(conn, t.DeadLetterQueue, nil)
+		return nil
 	}
 	nc, err := ConnectNATS(broker)
 	if err != nil {
@@ -93,6 +104,45 @@ func EnsureTopology(ctx context.Context, broker string, t Topology) error {
 		return err
 	}
 	return ensureStreams(ctx, js, t)
+}
+
+// ordersQueueArguments are the orders' quorum queue's, on the broker whose
+// connection properties are server. The consumer requeues a message
+// without limit while another consumer holds its key or the database is
+// down, and dead-letters it itself, with the reason, when its handler
+// keeps failing (MaxDeliveries); a quorum queue's own delivery limit must
+// not drop an order meanwhile. RabbitMQ 4 sets one by default (20
+// deliveries, each requeue counted): -1 lifts it, but RabbitMQ 3 reads -1
+// as a limit and drops a message on its first requeue, and has no limit
+// unless one is set, so -1 is declared on RabbitMQ 4 and later only. And
+// whatever limit still applies (a broker of unknown version, an
+// operator's delivery-limit policy) moves the message to the dead
+// letters' queue, through the queue's dead-letter exchange, with the
+// broker's reason in x-death (delivery_limit), instead of dropping it.
+func ordersQueueArguments(server amqp.Table, t Topology) amqp.Table {
+	args := amqp.Table{
+		"x-queue-type":              "quorum",
+		"x-dead-letter-exchange":    "",
+		"x-dead-letter-routing-key": t.DeadLetterQueue,
+	}
+	if major, ok := rabbitMQMajor(server); ok && major >= 4 {
+		args["x-delivery-limit"] = int64(-1)
+	}
+	return args
+}
+
+// rabbitMQMajor is the major version RabbitMQ announces in its connection
+// properties ("4.0.5": 4); ok is false for another product or a version it
+// cannot read.
+func rabbitMQMajor(server amqp.Table) (major int, ok bool) {
+	product, _ := server["product"].(string)
+	version, _ := server["version"].(string)
+	if product != "RabbitMQ" {
+		return 0, false
+	}
+	head, _, _ := strings.Cut(version, ".")
+	major, err := strconv.Atoi(head)
+	return major, err == nil
 }
 
 func ensureStreams(ctx context.Context, js jetstream.JetStream, t Topology) error {
