@@ -75,12 +75,21 @@ func countID(cfg queue.Config, m *queue.Message) string {
 // seen counts d and returns its delivery number: on a quorum queue its
 // x-delivery-count + 1, else this consumer's count of id.
 func (c *deliveryCounts) seen(t QueueType, id string, d amqp.Delivery) int {
+	own := c.count(id, d)
 	if t == QuorumQueue {
+		// The broker's count covers other consumers and restarts; this
+		// consumer's covers requeues a broker does not count (RabbitMQ
+		// 4.3 counts basic.reject, not basic.nack): the larger of the two.
 		if n, ok := deliveryCount(d.Headers["x-delivery-count"]); ok {
-			return n + 1
+			return max(n+1, own)
 		}
 		// No count: the queue is not a quorum queue after all.
 	}
+	return own
+}
+
+// count is this consumer's count of d's deliveries.
+func (c *deliveryCounts) count(id string, d amqp.Delivery) int {
 	if id == "" {
 		if d.Redelivered {
 			return 2
