@@ -261,6 +261,7 @@ func TestWebhook_SameIDAnotherPayload_NeverAppliedRecordedAsAnomaly(t *testing.T
 
 func TestWebhook_DatabaseDown_503SoTheProviderRetries(t *testing.T) {
 	t.Parallel()
+	testdb.CaptureDriverLog(t) // before the driver is used: it sets the driver's logger
 	down, err := sql.Open("mysql", "root@tcp(127.0.0.1:1)/test?timeout=1s")
 	require.NoError(t, err)
 	t.Cleanup(func() { down.Close() })
