@@ -10,6 +10,7 @@ import (
 
 	"github.com/orderguard/idempotency"
 	"github.com/orderguard/idempotency/metrics"
+	"github.com/orderguard/idempotency/payment"
 )
 
 // One Observer per registry serves every route's Middleware, the
@@ -34,4 +35,24 @@ func ExampleNew() {
 
 	http.Handle("POST /orders", mw.Handler(createOrder))
 	http.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+}
+
+// A PaymentCollector counts every provider's callbacks: hand its Observe to
+// each payment.Webhook.
+func ExampleNewPaymentCollector() {
+	var db *sql.DB                 // the orders' MySQL/MariaDB handle
+	var mw *idempotency.Middleware // the payment events' middleware
+
+	reg := prometheus.NewRegistry()
+	payments, err := metrics.NewPaymentCollector(reg, metrics.WithProviders("stripe", "alipay"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	var verifier payment.Verifier // one provider's: alipay.New(...), idemstripe.New(...)
+	webhook, err := payment.NewWebhook(payment.Config{Verifier: verifier, Middleware: mw,
+		Orders: idempotency.MySQLOrders, DB: db, Observe: payments.Observe})
+	if err != nil {
+		log.Fatal(err)
+	}
+	http.Handle("POST /callbacks/alipay", webhook)
 }

@@ -73,6 +73,11 @@
 //     the shared cache was down.
 //   - idempotency_shared_cache_downs_total{cache}: times the shared cache was
 //     marked down (each is logged once; so is each return).
+//
+// A *PaymentCollector (NewPaymentCollector), given as payment.Config.Observe,
+// counts payment provider callbacks: idempotency_payment_callbacks_total
+// {provider,result} and idempotency_payment_anomalies_total{provider,reason}
+// (see PaymentCollector).
 package metrics
 
 import (
@@ -130,6 +135,7 @@ type options struct {
 	routes         []string
 	constLabels    prometheus.Labels
 	sharedCaches   []sharedCache
+	providers      []string // NewPaymentCollector's
 }
 
 type sharedCache struct {

@@ -45,6 +45,16 @@
 //		    more than D ago whatever their retention. Prints the count.
 //		    PROCESSING records are never purged.
 //
+//		anomalies [--limit N] [--json]
+//		    Payment anomalies, newest first (at most N, default 100): verified
+//		    provider events the order store recorded but could not apply
+//		    (unknown-order, amount-mismatch, currency-mismatch, order-mismatch,
+//		    double-payment, refund-exceeds-payment, payload-mismatch), and the
+//		    refunds owed by canceled orders that were paid (refund-owed, listed
+//		    until the refunds cover the payment). Each line: when, reason,
+//		    provider, event id, kind, payment id, order, amount in minor units
+//		    (for refund-owed, the amount still owed) and currency.
+//
 //		help
 //		    Print this text.
 //

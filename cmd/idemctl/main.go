@@ -44,11 +44,12 @@ var commands map[string]command
 
 func init() {
 	commands = map[string]command{
-		"migrate": {"migrate", (*cli).migrate},
-		"stats":   {"stats [--json]", (*cli).stats},
-		"inspect": {"inspect --scope S --key K [--body] [--json]", (*cli).inspect},
-		"release": {"release --scope S --key K [--yes]", (*cli).release},
-		"purge":   {"purge [--older-than D]", (*cli).purge},
+		"migrate":   {"migrate", (*cli).migrate},
+		"stats":     {"stats [--json]", (*cli).stats},
+		"inspect":   {"inspect --scope S --key K [--body] [--json]", (*cli).inspect},
+		"release":   {"release --scope S --key K [--yes]", (*cli).release},
+		"purge":     {"purge [--older-than D]", (*cli).purge},
+		"anomalies": {"anomalies [--limit N] [--json]", (*cli).anomalies},
 	}
 }
 
