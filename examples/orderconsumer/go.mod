@@ -8,6 +8,7 @@ require (
 	github.com/orderguard/idempotency/amqp v0.0.0
 	github.com/orderguard/idempotency/examples/internal/dburl v0.0.0
 	github.com/orderguard/idempotency/nats v0.0.0
+	github.com/orderguard/idempotency/payment/standard v0.0.0
 	github.com/orderguard/idempotency/postgres v0.0.0
 	github.com/rabbitmq/amqp091-go v1.16.0
 	github.com/stretchr/testify v1.12.1
@@ -29,6 +30,7 @@ require (
 	github.com/ncruces/go-strftime v1.1.0 // indirect
 	github.com/orderguard/idempotency/sqlite v0.0.0 // indirect
 	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
+	github.com/standard-webhooks/standard-webhooks/libraries v1.3.0 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/crypto v0.57.0 // indirect
 	golang.org/x/sync v0.24.0 // indirect
@@ -45,6 +47,7 @@ replace (
 	github.com/orderguard/idempotency/amqp => ../../amqp
 	github.com/orderguard/idempotency/examples/internal/dburl => ../internal/dburl
 	github.com/orderguard/idempotency/nats => ../../nats
+	github.com/orderguard/idempotency/payment/standard => ../../payment/standard
 	github.com/orderguard/idempotency/postgres => ../../postgres
 	github.com/orderguard/idempotency/sqlite => ../../sqlite
 )

@@ -26,6 +26,22 @@
 // exists is used as it is: delete one declared by an earlier version of
 // this example to have it declared so.
 //
+// With -action payment_events it consumes payment providers' events
+// instead, as an event bridge forwards them from the provider's Standard
+// Webhooks calls: the body byte for byte, with the headers webhook-id,
+// webhook-timestamp and webhook-signature, from subject payments.events
+// (stream PAYMENTS) or queue payments.events. Each is verified with
+// -webhook-secret (the webhook's own secrets) and applied to the order's
+// payment by the same action as examples/server's POST /webhooks/standard:
+// the key is the event id (webhook-id), so an event that arrives both ways
+// is applied once, whichever comes first. A forged, stale (webhook-timestamp
+// further than -webhook-tolerance from now) or malformed event is
+// dead-lettered (reason signature-not-verified, timestamp-outside-tolerance,
+// malformed-event) with nothing written:
+//
+//	go run ./examples/orderconsumer -action payment_events -webhook-secret whsec_… \
+//	  -broker nats://127.0.0.1:4222 -db 'mysql://root@tcp(127.0.0.1:3306)/test'
+//
 // Publish with the same program (it waits for the reply with -reply):
 //
 //	go run ./examples/orderconsumer publish -broker nats://127.0.0.1:4222 \
@@ -53,8 +69,13 @@
 //	-purge-interval D      how often expired records are deleted (default 1m; 0 = off)
 //	-handler-delay D       artificial delay inside the create transaction (default 0)
 //	-log-level L           debug (one line per message), info (default), warn
+//	-action A              create_order (default), cancel_order or payment_events
+//	-webhook-secret S      payment_events: Standard Webhooks signing secrets, whsec_…, comma-separated
+//	-webhook-tolerance D   payment_events: how far webhook-timestamp may be from now (default 0: not checked,
+//	                       so that a backlog is never dead-lettered as stale)
 //	-stream, -subject, -durable, -queue NAME
 //	                       other names than ORDERS, orders.create, orderconsumer, orders.create
+//	                       (payment_events: PAYMENTS, payments.events, orderconsumer, payments.events)
 //
 // The HTTP example server, the gRPC server and this consumer may share a
 // database: a key used over one transport is the same action over the
@@ -69,6 +90,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -91,10 +113,10 @@ func main() {
 	}
 }
 
-func consume(args []string) error {
+func consume(args []string) (err error) {
 	fs := flag.NewFlagSet("orderconsumer", flag.ContinueOnError)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: orderconsumer [flags]\n       orderconsumer publish [flags] BODY\n\nConsumes POST /orders bodies from a queue, each message exactly one order.")
+		fmt.Fprintln(fs.Output(), "usage: orderconsumer [flags]\n       orderconsumer publish [flags] BODY\n\nConsumes POST /orders bodies from a queue, each message exactly one order\n(-action cancel_order: cancels; -action payment_events: payment providers' events).")
 		fs.PrintDefaults()
 	}
 	broker := fs.String("broker", "nats://127.0.0.1:4222", "broker: nats://HOST:PORT or amqp://USER:PASS@HOST:PORT/")
@@ -112,12 +134,28 @@ func consume(args []string) error {
 	purge := fs.Duration("purge-interval", time.Minute, "how often expired records are deleted (0 = off)")
 	handlerDelay := fs.Duration("handler-delay", 0, "artificial delay inside the create transaction")
 	logLevel := fs.String("log-level", "info", "debug (one line per message), info or warn")
+	action := fs.String("action", orderqueue.ActionCreate, "the action the messages carry: create_order, cancel_order or payment_events")
+	webhookSecrets := fs.String("webhook-secret", "", "payment_events: Standard Webhooks signing `SECRETS` (whsec_…, comma-separated while one is rolled), the webhook's")
+	webhookTolerance := fs.Duration("webhook-tolerance", 0, "payment_events: how far webhook-timestamp may be from now; 0 checks the signature only, so that a backlog is never dead-lettered as stale")
 	topo := topologyFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
 		return err
+	}
+	var secrets []string
+	switch *action {
+	case orderqueue.ActionCreate, orderqueue.ActionCancel:
+		if *webhookSecrets != "" {
+			return errors.New("-webhook-secret: only -action payment_events verifies signatures")
+		}
+	case orderqueue.ActionPaymentEvents:
+		if secrets, err = secretList(*webhookSecrets); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("-action %q: want create_order, cancel_order or payment_events", *action)
 	}
 	mode, err := idempotency.ParseMode(*modeName)
 	if err != nil {
@@ -157,7 +195,8 @@ func consume(args []string) error {
 	}.Run(ctx)
 
 	opts := orderqueue.Options{
-		Broker: *broker, Topology: topo(), Workers: *workers, BatchSize: *batch,
+		Action: *action, WebhookSecrets: secrets, WebhookTolerance: *webhookTolerance,
+		Broker: *broker, Topology: topo(*action), Workers: *workers, BatchSize: *batch,
 		MaxDeliveries: *maxDeliveries, RetryDelay: *retryDelay, AckWait: *ackWait, Logger: log,
 		BeforeSettle: crashAfterCommit(point),
 		Observe: func(s queue.Settlement) {
@@ -165,19 +204,53 @@ func consume(args []string) error {
 				"status", answerStatus(s.Answer), "replayed", s.Answer.Replayed, "delay", s.Delay, "reason", s.Reason, "err", s.Err)
 		},
 	}
-	log.Info("consuming", "broker", *broker, "db", dialect, "mode", *modeName, "batch", *batch, "workers", *workers)
+	log.Info("consuming", "action", *action, "broker", *broker, "db", dialect, "mode", *modeName, "batch", *batch, "workers", *workers)
 	return orderqueue.Run(ctx, svc, opts)
 }
 
 // topologyFlags adds the flags that name the subject, stream and queue,
-// and returns the topology they name once parsed.
-func topologyFlags(fs *flag.FlagSet) func() orderqueue.Topology {
+// and returns the topology they name once parsed, for an action: a name
+// not given is the action's default (orderqueue.DefaultTopology, or
+// orderqueue.PaymentTopology for payment_events).
+func topologyFlags(fs *flag.FlagSet) func(action string) orderqueue.Topology {
 	def := orderqueue.DefaultTopology()
-	stream := fs.String("stream", def.Stream, "JetStream stream (dead letters: STREAM_DEAD_LETTER)")
-	subject := fs.String("subject", def.Subject, "JetStream subject (dead letters: SUBJECT.dead-letter)")
+	stream := fs.String("stream", def.Stream, "JetStream stream (dead letters: STREAM_DEAD_LETTER; payment_events: PAYMENTS)")
+	subject := fs.String("subject", def.Subject, "JetStream subject (dead letters: SUBJECT.dead-letter; payment_events: payments.events)")
 	durable := fs.String("durable", def.Durable, "JetStream durable consumer")
-	queueName := fs.String("queue", def.Queue, "RabbitMQ queue (dead letters: QUEUE.dead-letter)")
-	return func() orderqueue.Topology { return orderqueue.NamedTopology(*stream, *subject, *durable, *queueName) }
+	queueName := fs.String("queue", def.Queue, "RabbitMQ queue (dead letters: QUEUE.dead-letter; payment_events: payments.events)")
+	return func(action string) orderqueue.Topology {
+		if action != orderqueue.ActionPaymentEvents {
+			return orderqueue.NamedTopology(*stream, *subject, *durable, *queueName)
+		}
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		or := func(name, given, def string) string {
+			if set[name] {
+				return given
+			}
+			return def
+		}
+		pay := orderqueue.PaymentTopology()
+		return orderqueue.NamedTopology(or("stream", *stream, pay.Stream), or("subject", *subject, pay.Subject),
+			or("durable", *durable, pay.Durable), or("queue", *queueName, pay.Queue))
+	}
+}
+
+// secretList is -webhook-secret's comma-separated list: at least one
+// secret, each whsec_<base64> (the prefix checked here, the base64 by
+// orderqueue.PaymentConfig). Never a secret's value in an error.
+func secretList(value string) ([]string, error) {
+	if value == "" {
+		return nil, errors.New("-action payment_events needs -webhook-secret: the Standard Webhooks signing secret (whsec_…) the webhook verifies with")
+	}
+	secrets := strings.Split(value, ",")
+	for i, s := range secrets {
+		secrets[i] = strings.TrimSpace(s)
+		if !strings.HasPrefix(secrets[i], "whsec_") {
+			return nil, fmt.Errorf("-webhook-secret: secret %d of %d does not start with whsec_; copy the endpoint's signing secret", i+1, len(secrets))
+		}
+	}
+	return secrets, nil
 }
 
 func answerStatus(a idempotency.Answer) int {

@@ -39,7 +39,7 @@ func publish(args []string) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
-	topo := topology()
+	topo := topology(orderqueue.ActionCreate)
 	if err := orderqueue.EnsureTopology(ctx, *broker, topo); err != nil {
 		return err
 	}

@@ -9,6 +9,11 @@
 // Idempotency-Key the key (falling back to the message id: Nats-Msg-Id,
 // message_id). A message that asks for a reply (NATS: the Reply-To header;
 // AMQP: reply_to) gets the HTTP answer's JSON with a Status header.
+//
+// It serves the service's cancel (ActionCancel) and payment providers'
+// events (ActionPaymentEvents, PaymentConfig: Standard Webhooks bodies an
+// event bridge forwards, the same action as the service's payment webhook,
+// keyed by the event id) in the same way.
 package orderqueue
 
 import (
@@ -67,11 +72,32 @@ const (
 	ActionCancel = "cancel_order"
 )
 
+// ActionPaymentEvents, the third, is in payments.go.
+
 // Options configure a consumer of the order service.
 type Options struct {
-	// Action is the service's action the messages carry: ActionCreate
-	// or ActionCancel. Defaults to ActionCreate.
+	// Action is the service's action the messages carry: ActionCreate,
+	// ActionCancel or ActionPaymentEvents. Defaults to ActionCreate.
 	Action string
+
+	// WebhookSecrets are the Standard Webhooks signing secrets
+	// ("whsec_<base64>") that ActionPaymentEvents verifies messages with,
+	// the webhook's own: while one is rolled, list both. Required for
+	// ActionPaymentEvents, unused otherwise. Defaults to none.
+	WebhookSecrets []string
+
+	// WebhookTolerance, when set, is how far a payment event's
+	// webhook-timestamp may be from Now, either way; further is
+	// dead-lettered as ReasonStale. Defaults to none: a queued event is
+	// checked for its signature only. A queue delivers at least once and
+	// keeps a backlog while a consumer or the database is down, so a
+	// clock check would dead-letter genuine payments that merely waited;
+	// a replayed copy is harmless anyway, since its event id is its key.
+	WebhookTolerance time.Duration
+
+	// Now is the clock payment events' timestamps are checked against.
+	// Defaults to time.Now.
+	Now func() time.Time
 
 	// Broker is nats://HOST:PORT or amqp://USER:PASS@HOST:PORT/.
 	Broker   string
@@ -103,7 +129,14 @@ type Options struct {
 // Middleware, whose Operation is the HTTP route's action (the same
 // fingerprint for the same business fields), the principal from X-User-ID
 // as the scope, and the HTTP route's checks in front (Validate).
+// ActionPaymentEvents's is PaymentConfig's, which reports a configuration
+// error (no secret): Config then returns one that queue.New refuses, so
+// call PaymentConfig for that action to learn why.
 func Config(svc *orderservice.Service, opts Options) queue.Config {
+	if opts.Action == ActionPaymentEvents {
+		cfg, _ := PaymentConfig(svc, opts)
+		return cfg
+	}
 	handler, check := Handler(svc), validate
 	if opts.Action == ActionCancel {
 		handler, check = cancelHandler(svc), validateCancel

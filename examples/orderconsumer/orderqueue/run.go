@@ -15,16 +15,24 @@ import (
 	idemamqp "github.com/orderguard/idempotency/amqp"
 	"github.com/orderguard/idempotency/examples/orderservice"
 	idemnats "github.com/orderguard/idempotency/nats"
+	"github.com/orderguard/idempotency/queue"
 )
 
-// Run consumes svc's creates from opts.Broker until ctx ends, creating
-// what opts.Topology names if it is missing (EnsureTopology).
+// Run consumes svc's action opts.Action from opts.Broker until ctx ends,
+// creating what opts.Topology names if it is missing (EnsureTopology).
 func Run(ctx context.Context, svc *orderservice.Service, opts Options) error {
 	kind, err := brokerKind(opts.Broker)
 	if err != nil {
 		return err
 	}
-	cfg := Config(svc, opts)
+	cfg := queue.Config{}
+	if opts.Action == ActionPaymentEvents {
+		if cfg, err = PaymentConfig(svc, opts); err != nil {
+			return err
+		}
+	} else {
+		cfg = Config(svc, opts)
+	}
 	if kind == "amqp" {
 		if err := EnsureTopology(ctx, opts.Broker, opts.Topology); err != nil {
 			return err
