@@ -132,7 +132,12 @@ func (h *Webhook) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// 3. Exactly once per event id.
 	ans := h.cfg.Middleware.Do(r.Context(), ActionOf(ev), func(ctx context.Context) idempotency.Result {
 		tx, _ := idempotency.TxFromContext(ctx)
-		return Apply(ctx, tx, h.cfg.Orders, ev)
+		res, err := apply(ctx, tx, h.cfg.Orders, ev)
+		if err != nil {
+			h.cfg.Logger.Warn("payment: event not applied; the provider delivers it again",
+				"provider", ev.Provider, "event", ev.ID, "err", err)
+		}
+		return res
 	})
 	// 4. The answer.
 	h.answer(w, r.Context(), &obs, ans)
@@ -250,6 +255,12 @@ func ActionOf(ev Event) idempotency.Action {
 // failed for a moment or the event met a concurrent change, so that
 // nothing is recorded and the provider's redelivery applies it.
 func Apply(ctx context.Context, tx *sql.Tx, orders idempotency.Orders, ev Event) idempotency.Result {
+	res, _ := apply(ctx, tx, orders, ev)
+	return res
+}
+
+// apply is Apply, with the store's error behind a 503.
+func apply(ctx context.Context, tx *sql.Tx, orders idempotency.Orders, ev Event) (idempotency.Result, error) {
 	out, err := orders.ApplyPayment(ctx, tx, storeEvent(ev))
 	if errors.Is(err, idempotency.ErrInvalidPaymentEvent) {
 		// Verified, but not an event the store can hold (an amount of
@@ -260,10 +271,10 @@ func Apply(ctx context.Context, tx *sql.Tx, orders idempotency.Orders, ev Event)
 	if err != nil {
 		return idempotency.Result{Status: http.StatusServiceUnavailable,
 			Header: map[string][]string{"Retry-After": {"1"}, "Content-Type": {"text/plain"}},
-			Body:   []byte("the event was not applied; deliver it again")}
+			Body:   []byte("the event was not applied; deliver it again")}, err
 	}
 	body, _ := json.Marshal(out)
-	return idempotency.Result{Status: http.StatusOK, Header: map[string][]string{"Content-Type": {"application/json"}}, Body: body}
+	return idempotency.Result{Status: http.StatusOK, Header: map[string][]string{"Content-Type": {"application/json"}}, Body: body}, nil
 }
 
 // AnomalyInvalidEvent is the outcome of a verified event the order store

@@ -40,9 +40,13 @@ var (
 // Reply is the answer of an operation: an HTTP status with an order, or a
 // problem. Other transports map the status and problem kind to their own.
 type Reply struct {
-	Status  int
-	Header  http.Header
-	Order   *OrderResponse
+	Status int
+	Header http.Header
+	Order  *OrderResponse
+	// View, when set, is what the HTTP answer carries instead of Order:
+	// the order with its payment state (Get's reply). Other transports
+	// answer Order.
+	View    *OrderView
 	Problem *idempotency.Problem
 }
 
@@ -53,7 +57,12 @@ func (r Reply) Body() (contentType string, body []byte) {
 		b, _ := json.Marshal(r.Problem)
 		return "application/problem+json", b
 	}
-	b, _ := json.Marshal(r.Order)
+	var b []byte
+	if r.View != nil {
+		b, _ = json.Marshal(r.View)
+	} else {
+		b, _ = json.Marshal(r.Order)
+	}
 	return "application/json", append(b, '\n')
 }
 
@@ -102,6 +111,18 @@ type OrderResponse struct {
 	UnitPriceCents int64  `json:"unit_price_cents"`
 	DiscountCents  int64  `json:"discount_cents"`
 	TotalCents     int64  `json:"total_cents"`
+}
+
+// OrderView is the body of GET /orders/{order_no}: the order and its
+// payment state. Only the read carries it; a create or cancel answers
+// OrderResponse, which every transport's message mirrors field for field.
+type OrderView struct {
+	OrderResponse
+	// Currency is the ISO 4217 code of the order's amounts.
+	Currency string `json:"currency"`
+	// RefundedCents is what the providers refunded of the order's settled
+	// payment, 0 when none is settled.
+	RefundedCents int64 `json:"refunded_cents"`
 }
 
 var orderNoPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
@@ -236,7 +257,52 @@ func (s *Service) Transition(ctx context.Context, tx *sql.Tx, userID int64, orde
 	return Reply{Status: http.StatusOK, Order: &resp}
 }
 
-// Get reads the principal's order orderNo; another user's is not found.
+// Cancel is the principal's cancel of the order orderNo in tx: the
+// payment state machine's cancel request (Orders.RequestCancel), so that a
+// cancel racing a payment's callbacks ends where the facts lead whatever
+// the order of arrival. A CREATED order becomes CANCELED; a PAID one
+// becomes CANCELED and owes its refund (Orders.ListAnomalies lists it). An
+// order already CANCELED or REFUNDED is 409 invalid-transition, as a
+// second cancel under a new key always was. Another user's order is not
+// found.
+//
+// The 409 is decided on an unlocked read: two cancels under different keys
+// that meet on one CREATED order may both answer 200 CANCELED, each having
+// asked for what the order became.
+func (s *Service) Cancel(ctx context.Context, tx *sql.Tx, userID int64, orderNo string) Reply {
+	order, err := s.sql.orders.Get(ctx, tx, orderNo)
+	if errors.Is(err, idempotency.ErrOrderNotFound) || (err == nil && order.UserID != userID) {
+		return Reply{Problem: notFound()}
+	}
+	if err != nil {
+		return failure(err)
+	}
+	if order.Status == idempotency.OrderCanceled || order.Status == idempotency.OrderRefunded {
+		return cannotCancel(order.OrderNo, order.Status)
+	}
+	status, err := s.sql.orders.RequestCancel(ctx, tx, order.OrderNo)
+	var te *idempotency.TransitionError
+	if errors.As(err, &te) {
+		return cannotCancel(order.OrderNo, te.Actual)
+	}
+	if err != nil {
+		return failure(err) // ErrPaymentConflict is transient: 503, retry
+	}
+	order.Status = status
+	resp := toResponse(order)
+	return Reply{Status: http.StatusOK, Order: &resp}
+}
+
+func cannotCancel(orderNo string, status idempotency.OrderStatus) Reply {
+	return Reply{Problem: idempotency.NewProblem(http.StatusConflict, ProblemInvalidTransition, "Invalid transition",
+		fmt.Sprintf("order %s is %s; only a CREATED or PAID order can be canceled", orderNo, status))}
+}
+
+// Get reads the principal's order orderNo and its payment state; another
+// user's is not found. The reply's Order is the order, its View the order
+// with its currency and refunded amount. The order and its payment are two
+// reads: an event applied between them may show in refunded_cents before
+// it shows in the status (both only grow).
 func (s *Service) Get(ctx context.Context, userID int64, orderNo string) Reply {
 	order, err := s.sql.orders.Get(ctx, s.db, orderNo)
 	if errors.Is(err, idempotency.ErrOrderNotFound) || (err == nil && order.UserID != userID) {
@@ -245,8 +311,14 @@ func (s *Service) Get(ctx context.Context, userID int64, orderNo string) Reply {
 	if err != nil {
 		return Reply{Problem: serverProblem(err, "The database failed for a moment. Retry the read.")}
 	}
+	var refunded int64
+	err = s.db.QueryRowContext(ctx, s.sql.refundedCents, order.OrderNo).Scan(&refunded)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return Reply{Problem: serverProblem(err, "The database failed for a moment. Retry the read.")}
+	}
 	resp := toResponse(order)
-	return Reply{Status: http.StatusOK, Order: &resp}
+	return Reply{Status: http.StatusOK, Order: &resp,
+		View: &OrderView{OrderResponse: resp, Currency: order.Currency, RefundedCents: refunded}}
 }
 
 func toResponse(o *idempotency.Order) OrderResponse {

@@ -7,7 +7,7 @@
 //
 //	POST /orders                   create (Idempotency-Key required)  201, 4xx
 //	GET  /orders/{order_no}        read (owner only, else 404)        200, 404
-//	POST /orders/{order_no}/cancel CREATED → CANCELED (key required)  200, 409
+//	POST /orders/{order_no}/cancel CREATED|PAID → CANCELED (key)      200, 409
 //	POST /orders/{order_no}/pay    CREATED → PAID (key required)      200, 409
 //	GET  /healthz                                                     200
 //
@@ -70,8 +70,10 @@ type Options struct {
 	Store idempotency.Store
 
 	// Dialect is the SQL dialect of the database: "mysql", "sqlite" or
-	// "postgres", as given to Setup. Defaults to "mysql", whose statements
-	// SQLite runs too.
+	// "postgres", as given to Setup. Defaults to "sqlite" when the
+	// database answers SELECT sqlite_version(), else "mysql": the payment
+	// state machine's locking reads (the cancel, the webhooks) are not
+	// SQL that SQLite runs.
 	Dialect string
 
 	// Config is the base middleware configuration; Route and Operation
@@ -110,6 +112,10 @@ type statements struct {
 	// orderByKey reads the order_no and created_at of the order for a scope
 	// and key. Parameters: scope, key.
 	orderByKey string
+	// refundedCents reads the refunded amount of an order's settled
+	// payment (the first, as Orders.RequestCancel takes it; a second is
+	// an anomaly). Parameter: order_no.
+	refundedCents string
 	// seedSKU and seedCoupon insert a catalog row unless it exists.
 	// Parameters: id, name, price_cents; id, discount_cents.
 	seedSKU, seedCoupon string
@@ -122,6 +128,7 @@ var dialects = map[string]statements{
 		redeemCoupon:   `UPDATE coupon SET status = 'REDEEMED', updated_at = CURRENT_TIMESTAMP WHERE id = ? AND status = 'AVAILABLE'`,
 		couponDiscount: `SELECT discount_cents FROM coupon WHERE id = ?`,
 		orderByKey:     `SELECT order_no, created_at FROM purchase_order WHERE scope = ? AND idempotency_key = ?`,
+		refundedCents:  `SELECT refunded_cents FROM order_payment WHERE order_no = ? AND status = 'SUCCEEDED' ORDER BY provider, payment_id LIMIT 1`,
 		seedSKU:        `INSERT IGNORE INTO sku (id, name, price_cents) VALUES (?, ?, ?)`,
 		seedCoupon:     `INSERT IGNORE INTO coupon (id, discount_cents, status) VALUES (?, ?, 'AVAILABLE')`,
 	},
@@ -131,6 +138,7 @@ var dialects = map[string]statements{
 		redeemCoupon:   `UPDATE coupon SET status = 'REDEEMED', updated_at = CURRENT_TIMESTAMP WHERE id = ? AND status = 'AVAILABLE'`,
 		couponDiscount: `SELECT discount_cents FROM coupon WHERE id = ?`,
 		orderByKey:     `SELECT order_no, created_at FROM purchase_order WHERE scope = ? AND idempotency_key = ?`,
+		refundedCents:  `SELECT refunded_cents FROM order_payment WHERE order_no = ? AND status = 'SUCCEEDED' ORDER BY provider, payment_id LIMIT 1`,
 		seedSKU:        `INSERT OR IGNORE INTO sku (id, name, price_cents) VALUES (?, ?, ?)`,
 		seedCoupon:     `INSERT OR IGNORE INTO coupon (id, discount_cents, status) VALUES (?, ?, 'AVAILABLE')`,
 	},
@@ -142,9 +150,22 @@ var dialects = map[string]statements{
 		redeemCoupon:   `UPDATE coupon SET status = 'REDEEMED', updated_at = clock_timestamp() WHERE id = $1 AND status = 'AVAILABLE'`,
 		couponDiscount: `SELECT discount_cents FROM coupon WHERE id = $1`,
 		orderByKey:     `SELECT order_no, created_at FROM purchase_order WHERE scope = $1 AND idempotency_key = $2`,
+		refundedCents:  `SELECT refunded_cents FROM order_payment WHERE order_no = $1 AND status = 'SUCCEEDED' ORDER BY provider, payment_id LIMIT 1`,
 		seedSKU:        `INSERT INTO sku (id, name, price_cents) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING`,
 		seedCoupon:     `INSERT INTO coupon (id, discount_cents, status) VALUES ($1, $2, 'AVAILABLE') ON CONFLICT DO NOTHING`,
 	},
+}
+
+// defaultDialect is Options.Dialect's default: "sqlite" when db is
+// SQLite, which only SQLite answers sqlite_version(), else "mysql".
+func defaultDialect(db *sql.DB) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var version string
+	if db.QueryRowContext(ctx, `SELECT sqlite_version()`).Scan(&version) == nil {
+		return "sqlite"
+	}
+	return "mysql"
 }
 
 // dialectStatements returns the statements of dialect ("" is "mysql").
@@ -161,6 +182,9 @@ func dialectStatements(dialect string) (statements, error) {
 
 // New returns the service over db, whose schema Setup has prepared.
 func New(db *sql.DB, opts Options) (*Service, error) {
+	if opts.Dialect == "" {
+		opts.Dialect = defaultDialect(db)
+	}
 	st, err := dialectStatements(opts.Dialect)
 	if err != nil {
 		return nil, err
@@ -170,7 +194,7 @@ func New(db *sql.DB, opts Options) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	cancel, err := s.protect(CancelOperation, s.transition(idempotency.OrderCreated, idempotency.OrderCanceled))
+	cancel, err := s.protect(CancelOperation, s.cancelOrder)
 	if err != nil {
 		return nil, err
 	}
@@ -224,7 +248,13 @@ func (s *Service) createOrder(ctx context.Context, tx *sql.Tx, r *http.Request) 
 	return s.Create(ctx, tx, uid, req)
 }
 
-// transition is POST /orders/{order_no}/cancel or /pay over Transition.
+// cancelOrder is POST /orders/{order_no}/cancel over Cancel.
+func (s *Service) cancelOrder(ctx context.Context, tx *sql.Tx, r *http.Request) Reply {
+	uid, _ := userID(r)
+	return s.Cancel(ctx, tx, uid, r.PathValue("order_no"))
+}
+
+// transition is POST /orders/{order_no}/pay over Transition.
 func (s *Service) transition(from, to idempotency.OrderStatus) txHandler {
 	return func(ctx context.Context, tx *sql.Tx, r *http.Request) Reply {
 		uid, _ := userID(r)
@@ -353,7 +383,7 @@ func (s *Service) CreateFromHTTP(r *http.Request) Reply {
 
 // CancelFromHTTP is POST /orders/{order_no}/cancel inside the middleware,
 // for any framework's handler: the order orderNo (the framework's path
-// parameter) canceled by Transition in the record's transaction, for r's
+// parameter) canceled by Cancel in the record's transaction, for r's
 // principal.
 func (s *Service) CancelFromHTTP(r *http.Request, orderNo string) Reply {
 	tx, ok := idempotency.TxFromContext(r.Context())
@@ -361,7 +391,7 @@ func (s *Service) CancelFromHTTP(r *http.Request, orderNo string) Reply {
 		return failure(idempotency.ErrNoTransaction)
 	}
 	uid, _ := userID(r)
-	return s.Transition(r.Context(), tx, uid, orderNo, idempotency.OrderCreated, idempotency.OrderCanceled)
+	return s.Cancel(r.Context(), tx, uid, orderNo)
 }
 
 // PaymentEvents is the name of the Middleware (Service.Middleware) that
@@ -378,7 +408,8 @@ func (s *Service) PaymentWebhook(v payment.Verifier, observe func(payment.Observ
 	if mw == nil {
 		return nil, errors.New("orderservice: payment webhooks need Options.Idempotency")
 	}
-	return payment.NewWebhook(payment.Config{Verifier: v, Middleware: mw, Orders: s.sql.orders, DB: s.db, Observe: observe})
+	return payment.NewWebhook(payment.Config{Verifier: v, Middleware: mw, Orders: s.sql.orders, DB: s.db, Observe: observe,
+		Logger: s.opts.Config.Logger})
 }
 
 // PaymentOrders is the order store's SQL in the service's dialect, payments

@@ -17,12 +17,14 @@ require (
 	github.com/prometheus/client_golang v1.25.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/stretchr/testify v1.12.1
+	github.com/stripe/stripe-go/v82 v82.5.1
 )
 
 require (
 	github.com/google/jsonschema-go v0.4.3 // indirect
 	github.com/segmentio/asm v1.1.3 // indirect
 	github.com/segmentio/encoding v0.5.4 // indirect
+	github.com/standard-webhooks/standard-webhooks/libraries v1.3.0 // indirect
 	github.com/yosida95/uritemplate/v3 v3.0.2 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/oauth2 v0.37.0 // indirect
@@ -47,6 +49,8 @@ require (
 	github.com/modelcontextprotocol/go-sdk v1.8.0
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/ncruces/go-strftime v1.1.0 // indirect
+	github.com/orderguard/idempotency/payment/standard v0.0.0
+	github.com/orderguard/idempotency/payment/stripe v0.0.0
 	github.com/orderguard/idempotency/redis v0.0.0
 	github.com/prometheus/client_model v0.6.3 // indirect
 	github.com/prometheus/common v0.72.0 // indirect
@@ -76,3 +80,7 @@ replace github.com/orderguard/idempotency/postgres => ../../postgres
 replace github.com/orderguard/idempotency/examples/internal/dburl => ../internal/dburl
 
 replace github.com/orderguard/idempotency/redis => ../../redis
+
+replace github.com/orderguard/idempotency/payment/stripe => ../../payment/stripe
+
+replace github.com/orderguard/idempotency/payment/standard => ../../payment/standard

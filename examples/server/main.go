@@ -25,6 +25,26 @@
 //	-redis-timeout D       bound on one Redis call (default 50ms)
 //	-redis-prefix P        start of every Redis key written (default orders:)
 //
+// Payment callbacks, each route served only when its flags are given (and
+// refused with -idempotency=false):
+//
+//	-stripe-webhook-secret S  Stripe's endpoint signing secret, whsec_…
+//	                          (comma-separated while one is rolled):
+//	                          POST /webhooks/stripe
+//	-webhook-secret S         Standard Webhooks signing secret, whsec_…
+//	                          (comma-separated): POST /webhooks/standard
+//	-alipay-public-key FILE   Alipay's public key (PEM): POST /webhooks/alipay
+//	-wechatpay-public-key FILE, -wechatpay-serial SERIAL, -wechatpay-apiv3-key KEY
+//	                          WeChat Pay's public key (PEM), its serial
+//	                          (PUB_KEY_ID_…) and the merchant's APIv3 key,
+//	                          all three: POST /webhooks/wechatpay
+//
+// Each verifies the provider's signature over the raw body, applies the
+// event to the order once per event id, and answers as the provider
+// expects (Stripe 200, Standard Webhooks and WeChat Pay 204, Alipay
+// "success"); GET /orders/{order_no} shows the outcome (status,
+// refunded_cents).
+//
 // GET /metrics serves the Prometheus metrics of package metrics, and
 // GET /openapi.yaml the API's OpenAPI 3.1 description (docs/openapi.yaml).
 //
@@ -79,6 +99,7 @@ type flags struct {
 	redis             string
 	redisTimeout      time.Duration
 	redisPrefix       string
+	webhooks          webhookFlags
 }
 
 func parseFlags(args []string) (flags, error) {
@@ -98,6 +119,7 @@ func parseFlags(args []string) (flags, error) {
 	fs.StringVar(&f.redis, "redis", "", "Redis `ADDR` (host:port) of the shared replay pre-filter; empty: none")
 	fs.StringVar(&f.redisPrefix, "redis-prefix", "orders:", "start of every Redis key written, so that services (or runs) sharing one Redis stay apart")
 	fs.DurationVar(&f.redisTimeout, "redis-timeout", defaultRedisTimeout, "bound on one Redis call; a slower call is a miss and the request goes to the database")
+	f.webhooks.register(fs)
 	return f, fs.Parse(args)
 }
 
@@ -109,6 +131,13 @@ func run(args []string) error {
 	mode, err := idempotency.ParseMode(f.mode)
 	if err != nil {
 		return fmt.Errorf("-mode: %w", err)
+	}
+	hooks, err := f.webhooks.routes()
+	if err != nil {
+		return err
+	}
+	if len(hooks) > 0 && !f.idempotency {
+		return errWebhooksNeedIdempotency
 	}
 	point, err := crashPoint()
 	if err != nil {
@@ -131,6 +160,9 @@ func run(args []string) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metricOpts := []metrics.Option{metrics.WithRoutes("create_order", "cancel_order", "pay_order")}
+	if len(hooks) > 0 {
+		metricOpts = append(metricOpts, metrics.WithRoutes(orderservice.PaymentEvents))
+	}
 	var shared idempotency.SharedCache
 	if f.redis != "" && f.idempotency {
 		cache, closeRedis, err := openRedis(ctx, f.redis, f.redisPrefix, f.redisTimeout, log)
@@ -176,10 +208,17 @@ func run(args []string) error {
 	}
 
 	mux := routes(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), crashBeforeResponse(point, svc))
+	if err := mountWebhooks(mux, svc, hooks, log); err != nil {
+		return err
+	}
 	srv := &http.Server{Addr: f.addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.ListenAndServe() }()
-	log.Info("listening", "addr", f.addr, "db", dialect, "idempotency", f.idempotency, "mode", f.mode, "redis", f.redis)
+	var webhooks []string
+	for _, h := range hooks {
+		webhooks = append(webhooks, h.pattern)
+	}
+	log.Info("listening", "addr", f.addr, "db", dialect, "idempotency", f.idempotency, "mode", f.mode, "redis", f.redis, "webhooks", webhooks)
 	select {
 	case err := <-errc:
 		return err

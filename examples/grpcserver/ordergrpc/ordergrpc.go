@@ -162,7 +162,7 @@ func (s *server) CreateOrder(ctx context.Context, req *orderpb.CreateOrderReques
 
 func (s *server) CancelOrder(ctx context.Context, req *orderpb.CancelOrderRequest) (*orderpb.Order, error) {
 	return s.write(ctx, func(tx *sql.Tx) orderservice.Reply {
-		return s.svc.Transition(ctx, tx, principal(ctx), req.GetOrderNo(), idempotency.OrderCreated, idempotency.OrderCanceled)
+		return s.svc.Cancel(ctx, tx, principal(ctx), req.GetOrderNo())
 	})
 }
 

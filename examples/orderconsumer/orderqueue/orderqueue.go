@@ -181,7 +181,8 @@ type cancelRequest struct {
 }
 
 // cancelHandler cancels the message's order in tx with
-// orderservice.Service.Transition, answered as POST
+// orderservice.Service.Cancel (the payment state machine's cancel request,
+// as the HTTP route's), answered as POST
 // /orders/{order_no}/cancel answers.
 func cancelHandler(svc *orderservice.Service) queue.Handler {
 	return func(ctx context.Context, tx *sql.Tx, m *queue.Message) idempotency.Result {
@@ -193,7 +194,7 @@ func cancelHandler(svc *orderservice.Service) queue.Handler {
 		if err := json.Unmarshal(m.Body, &req); err != nil {
 			return result(orderservice.Reply{Problem: invalidBody(err.Error())})
 		}
-		return result(svc.Transition(ctx, tx, uid, req.OrderNo, idempotency.OrderCreated, idempotency.OrderCanceled))
+		return result(svc.Cancel(ctx, tx, uid, req.OrderNo))
 	}
 }
 
