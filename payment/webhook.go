@@ -180,16 +180,16 @@ func (h *Webhook) answer(w http.ResponseWriter, ctx context.Context, obs *Observ
 	}
 }
 
-// recordPayloadMismatch lets the store record the event that reused an id
-// with another payload, in a transaction of its own: the store finds the
-// id taken with another digest and records the anomaly only.
+// recordPayloadMismatch records the event that reused an id with another
+// payload as an anomaly, in a transaction of its own, and never applies
+// it: the first delivery's payload is the event's, whatever became of it.
 func (h *Webhook) recordPayloadMismatch(ctx context.Context, ev Event) error {
 	tx, err := h.cfg.DB.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = tx.Rollback() }()
-	if _, err := h.cfg.Orders.ApplyPayment(ctx, tx, storeEvent(ev)); err != nil {
+	if err := h.cfg.Orders.RecordPayloadMismatch(ctx, tx, storeEvent(ev)); err != nil {
 		return err
 	}
 	return tx.Commit()
@@ -251,9 +251,9 @@ func ActionOf(ev Event) idempotency.Action {
 // Apply applies a verified event to the order store in tx, the record's
 // transaction, and answers it as the record keeps it: 200 with the
 // outcome as JSON (an anomaly too: it is recorded, and acknowledged, since
-// a redelivery cannot fix it), or 503 with Retry-After when the database
-// failed for a moment or the event met a concurrent change, so that
-// nothing is recorded and the provider's redelivery applies it.
+// a redelivery cannot fix it), or 503 with Retry-After when the store
+// failed (the database for a moment, a concurrent change), so that nothing
+// is recorded and the provider's redelivery applies it.
 func Apply(ctx context.Context, tx *sql.Tx, orders idempotency.Orders, ev Event) idempotency.Result {
 	res, _ := apply(ctx, tx, orders, ev)
 	return res
@@ -262,11 +262,16 @@ func Apply(ctx context.Context, tx *sql.Tx, orders idempotency.Orders, ev Event)
 // apply is Apply, with the store's error behind a 503.
 func apply(ctx context.Context, tx *sql.Tx, orders idempotency.Orders, ev Event) (idempotency.Result, error) {
 	out, err := orders.ApplyPayment(ctx, tx, storeEvent(ev))
-	if errors.Is(err, idempotency.ErrInvalidPaymentEvent) {
+	switch {
+	case errors.Is(err, idempotency.ErrInvalidPaymentEvent):
 		// Verified, but not an event the store can hold (an amount of
 		// zero, an id too long): no redelivery changes that, so it is
 		// recorded here, in the event's record, and acknowledged.
 		out, err = idempotency.PaymentOutcome{Anomaly: AnomalyInvalidEvent}, nil
+	case errors.Is(err, idempotency.ErrInvalidTransition):
+		// The order is in a state its facts cannot move it from (an
+		// operator moved it by hand): no redelivery changes that either.
+		out, err = idempotency.PaymentOutcome{OrderNo: ev.OrderNo, Anomaly: AnomalyStateMismatch}, nil
 	}
 	if err != nil {
 		return idempotency.Result{Status: http.StatusServiceUnavailable,
@@ -282,6 +287,12 @@ func apply(ctx context.Context, tx *sql.Tx, orders idempotency.Orders, ev Event)
 // an id over 255 bytes): recorded in the event's idempotency record, not
 // in payment_anomaly, and acknowledged.
 const AnomalyInvalidEvent idempotency.AnomalyReason = "invalid-event"
+
+// AnomalyStateMismatch is the outcome of a verified event whose order is in
+// a state its payment facts cannot move it from (idempotency's
+// ErrInvalidTransition: moved by hand, outside the payment state machine):
+// recorded in the event's idempotency record and acknowledged.
+const AnomalyStateMismatch idempotency.AnomalyReason = "state-mismatch"
 
 // storeEvent is an event in the order store's terms.
 func storeEvent(ev Event) idempotency.PaymentEvent {

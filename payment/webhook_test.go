@@ -283,3 +283,22 @@ func TestWebhook_IgnoredEvent_AcknowledgedNothingWritten(t *testing.T) {
 	require.Equal(t, "success", answer)
 	require.Zero(t, b.count(t, "SELECT COUNT(*) FROM idempotency_record"))
 }
+
+// A reused id with another payload is never applied, whatever became of
+// the first delivery: here the first was an event the store could not hold
+// (an amount of zero), which left no payment row behind.
+func TestWebhook_SameIDAnotherPayload_AfterAnEventNotHeld_NeverApplied(t *testing.T) {
+	t.Parallel()
+	b := setupWebhook(t, nil)
+	b.order(t, "O-9", 500)
+	status, _ := b.deliver(t, notify(t, paid("N-9", "O-9", "0.00")))
+	require.Equal(t, http.StatusOK, status, "acknowledged: no redelivery makes it hold")
+	require.Equal(t, payment.AnomalyInvalidEvent, b.seen[0].Outcome.Anomaly)
+
+	status, _ = b.deliver(t, notify(t, paid("N-9", "O-9", "5.00")))
+	require.Equal(t, http.StatusOK, status)
+	require.Equal(t, idempotency.OrderCreated, b.status(t, "O-9"), "the other payload is never applied")
+	require.Equal(t, 1, b.count(t, "SELECT COUNT(*) FROM payment_anomaly WHERE event_id = 'N-9' AND reason = ?",
+		string(idempotency.AnomalyPayloadMismatch)))
+	require.Zero(t, b.count(t, "SELECT COUNT(*) FROM order_payment"))
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"strings"
 	"syscall"
 	"time"
 
@@ -20,7 +21,7 @@ const (
 	crashAfterClaim     = "after-claim"     // the PROCESSING claim is committed
 	crashInHandler      = "in-handler"      // the order row is written, not committed
 	crashDuringFinalize = "during-finalize" // the record is finished inside the uncommitted transaction
-	crashAfterCommit    = "after-commit"    // order and snapshot committed, response not written
+	crashAfterCommit    = "after-commit"    // effect and snapshot committed, success answer (201, a callback's 2xx) not written
 	crashDuringRelease  = "during-release"  // the handler failed; the claim is about to be released
 )
 
@@ -109,20 +110,31 @@ func afterCreate(point string) func(context.Context) error {
 	return nil
 }
 
-// crashBeforeResponse dies when a committed answer is about to be written.
+// crashBeforeResponse dies when a committed answer is about to be written:
+// an order's 201, or the 2xx by which a payment callback (POST
+// /webhooks/…) tells its provider that the event is applied, so that the
+// provider sees a transport error and delivers the event again although
+// its effect is committed. A webhook's 2xx is written once the event's
+// record has committed with its effect (payment.Webhook acknowledges after
+// Middleware.Do returns), or for an event type it ignores, which commits
+// nothing; its refusals are never 2xx. It wraps the whole mux, since the
+// webhook routes are mounted beside the service, not in it.
 func crashBeforeResponse(point string, next http.Handler) http.Handler {
 	if point != crashAfterCommit {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		next.ServeHTTP(&dieOnWrite{ResponseWriter: w}, r)
+		next.ServeHTTP(&dieOnWrite{ResponseWriter: w, payment: strings.HasPrefix(r.URL.Path, "/webhooks/")}, r)
 	})
 }
 
-type dieOnWrite struct{ http.ResponseWriter }
+type dieOnWrite struct {
+	http.ResponseWriter
+	payment bool // a payment callback: its success answer is any 2xx
+}
 
 func (d *dieOnWrite) WriteHeader(code int) {
-	if code == http.StatusCreated {
+	if code == http.StatusCreated || d.payment && code >= 200 && code < 300 {
 		die()
 	}
 	d.ResponseWriter.WriteHeader(code)

@@ -207,11 +207,11 @@ func run(args []string) error {
 		}.Run(ctx)
 	}
 
-	mux := routes(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), crashBeforeResponse(point, svc))
+	mux := routes(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), svc)
 	if err := mountWebhooks(mux, svc, hooks, log); err != nil {
 		return err
 	}
-	srv := &http.Server{Addr: f.addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Addr: f.addr, Handler: crashBeforeResponse(point, mux), ReadHeaderTimeout: 5 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.ListenAndServe() }()
 	var webhooks []string
