@@ -27,7 +27,8 @@ import (
 // message's payload. A front-end without URLs reads each path parameter
 // from the object's member of the same name ({order_no} from "order_no"),
 // so a CancelOrder call {"order_no": "X"} is POST /orders/X/cancel. A path
-// parameter never counts twice: a body member of its name is left out.
+// parameter never counts twice: over HTTP, a body member of its name must
+// equal the path's value (ErrInvalidBody otherwise) and is left out.
 type Operation struct {
 	// Name names the action in observations and metrics, a bounded label
 	// such as "create_order". Config.Route defaults to it.
@@ -74,6 +75,11 @@ func newOperation(op Operation) (*operation, error) {
 		return nil, fmt.Errorf("idempotency: Operation %q: Status %d is not a 2xx", op.Name, op.Status)
 	}
 	method, template, ok := strings.Cut(op.Route, " ")
+	if method != strings.ToUpper(method) {
+		// HTTP's methods are case-sensitive and requests spell them in
+		// upper case: "post" would never meet a request's "POST".
+		return nil, fmt.Errorf("idempotency: Operation %q: Route %q: spell the method in upper case", op.Name, op.Route)
+	}
 	if !ok || method == "" || !strings.HasPrefix(template, "/") || strings.ContainsAny(template, " ?#") {
 		return nil, fmt.Errorf("idempotency: Operation %q: Route %q: want an HTTP method and route, \"POST /orders/{order_no}/cancel\"", op.Name, op.Route)
 	}
@@ -124,6 +130,11 @@ func (o *operation) fingerprintRequest(r *http.Request, body []byte) (string, er
 		}
 	}
 	values, matched := o.pathValues(r.URL)
+	if matched {
+		if err := o.checkBodyParams(values, body); err != nil {
+			return "", err
+		}
+	}
 	if !matched {
 		// Mounted where the route does not fit: the path as it is, which
 		// no other transport's request can share.
@@ -159,9 +170,37 @@ func (o *operation) pathValues(u *url.URL) ([]string, bool) {
 	return values, true
 }
 
+// checkBodyParams refuses a body member named as a path parameter whose
+// value is not the path's: the body and the path would name two
+// different actions, and a handler that read the body's would act on
+// another than the fingerprint's.
+func (o *operation) checkBodyParams(values []string, body []byte) error {
+	if len(o.params) == 0 || len(trimJSONSpace(body)) == 0 {
+		return nil
+	}
+	var members map[string]json.RawMessage
+	if json.Unmarshal(body, &members) != nil {
+		return nil // the canonical form refuses it, with its reason
+	}
+	for i, name := range o.params {
+		raw, ok := members[name]
+		if !ok {
+			continue
+		}
+		if v, err := pathValueOf(raw); err != nil || v != values[i] {
+			return fmt.Errorf("%w: %s in the body is not the path's %q", ErrInvalidBody, name, values[i])
+		}
+	}
+	return nil
+}
+
 // fingerprintJSON is the fingerprint of a request whose parameters are the
-// JSON object params, its path parameters among its members.
+// JSON object params, its path parameters among its members. An empty
+// payload is the empty object, as an HTTP request's empty body is.
 func (o *operation) fingerprintJSON(params []byte) (string, error) {
+	if len(trimJSONSpace(params)) == 0 {
+		params = []byte("{}")
+	}
 	var values []string
 	if len(o.params) > 0 {
 		var members map[string]json.RawMessage

@@ -49,7 +49,8 @@ func TestOperation_HTTPAndJSON_SameRequest_SameFingerprint(t *testing.T) {
 		{"cancel: an empty object is no body", cancel, "/orders/ORD-1/cancel", "application/json", `{}`,
 			`{"order_no":"ORD-1"}`},
 		{"cancel: a body member named as the parameter counts once, in the path", cancel, "/orders/ORD-1/cancel",
-			"application/json", `{"order_no":"other"}`, `{"order_no":"ORD-1"}`},
+			"application/json", `{"order_no":"ORD-1"}`, `{"order_no":"ORD-1"}`},
+		{"cancel: an empty payload is the empty object", cancel, "/orders//cancel", "", "", ``},
 		{"an escaped segment is its value", cancel, "/orders/A%20B/cancel", "", "", `{"order_no":"A B"}`},
 		{"a number parameter is its canonical text", byID, "/users/7/orders/X/refund", "application/json",
 			`{"amount":100,"trace_id":"t1"}`, `{"user_id":7.0,"order_no":"X","amount":1e2,"trace_id":"t2"}`},
@@ -113,6 +114,9 @@ func TestOperation_BadParameters_Refused(t *testing.T) {
 	require.ErrorIs(t, err, ErrInvalidBody)
 	_, err = cancel.fingerprintJSON([]byte(`not json`))
 	require.ErrorIs(t, err, ErrInvalidBody)
+	// A body that names another order than the path is two actions.
+	_, err = httpFingerprint(t, cancel, "POST", "/orders/A/cancel", "application/json", `{"order_no":"B"}`)
+	require.ErrorIs(t, err, ErrInvalidBody)
 	// Names that encoding/json reads alike are refused, as field lists
 	// refuse them.
 	_, err = cancel.fingerprintJSON([]byte(`{"order_no":"A","reason":"x","REASON":"y"}`))
@@ -130,6 +134,7 @@ func TestOperation_BadDeclaration_RefusedAtNew(t *testing.T) {
 		{Route: "POST /a/{id}/b/{id}"},
 		{Route: "POST /orders?x=1"},
 		{Route: "POST /orders", Status: 404},
+		{Route: "post /orders"},
 	} {
 		_, err := newOperation(op)
 		require.Error(t, err, "%+v", op)

@@ -245,7 +245,8 @@ func (m *method) readKey(ctx context.Context) (string, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
 	values := md.Get(MetadataKey)
 	switch {
-	case len(values) == 0 || (len(values) == 1 && values[0] == ""):
+	case len(values) == 0 || (len(values) == 1 && strings.Trim(values[0], " \t") == ""):
+		// A blank key is no key, as over HTTP and on a queue.
 		return "", idempotency.ErrMissingKey
 	case len(values) > 1:
 		return "", fmt.Errorf("%w: send exactly one %s", idempotency.ErrInvalidKey, MetadataKey)

@@ -374,3 +374,20 @@ func TestServer_RecordedResponse_IsTheHTTPRoutesJSON(t *testing.T) {
 		})
 	}
 }
+
+// A blank key is no key, as over HTTP and on a queue: MISSING_KEY, or,
+// with KeyOptional, the call runs unprotected.
+func TestServer_BlankKey_IsAMissingKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t, bundleOptions{cfg: &idempotency.Config{}}, func(context.Context, proto.Message) (proto.Message, error) {
+		return newOrder("O1", 1000), nil
+	})
+	for _, blank := range []string{" ", "   "} { // grpc-go refuses a tab in metadata
+		_, err := b.create(withKey(blank), newRequest(t, "sku-1", 1))
+		st := status.Convert(err)
+		require.Equal(t, codes.InvalidArgument, st.Code(), "%q: %v", blank, err)
+		_, kind, _ := idemgrpc.ContractAnswer(st)
+		require.Equal(t, idempotency.ProblemMissingKey, kind, "%q", blank)
+	}
+	require.Zero(t, b.runs.Load())
+}
