@@ -24,9 +24,15 @@ import (
 //
 //   - paid: a success event whose amount and currency equal the order's
 //     was applied to a payment of this order (a row of order_payment);
-//   - R, the refunded amount: the sum of the refunds applied to that
-//     payment, never above the amount paid (a refund that would exceed it
-//     is an anomaly and is not applied);
+//   - R, the refunded amount: the larger of S, the sum of the distinct
+//     refunds applied to that payment (one refund counts once, however
+//     many events tell of it: PaymentEvent.RefundID), and T, the largest
+//     refunded total the provider reported for it (PaymentRefundedTotal).
+//     S and T may count the same money (Stripe tells of one refund in
+//     refund.created and in charge.refunded's total), so they never add
+//     up. Neither is ever above the amount paid: a refund that would
+//     bring S above it, or a total above it, is an anomaly and is not
+//     applied;
 //   - C, cancel requested: RequestCancel was called (or the order was
 //     moved to CANCELED before this file existed).
 //
@@ -36,8 +42,10 @@ import (
 //	paid, R == amount:   REFUNDED
 //	paid, R <  amount:   C ? CANCELED : PAID   (CANCELED and paid: a refund is owed)
 //
-// Every fact only grows, so every permutation of the same events ends in
-// the same facts, hence the same status. A refund that arrives before its
+// Every fact only grows (S by each new refund, T to each larger total, R
+// as their maximum), and S, T and R depend on the set of events, not on
+// their order, so every permutation of the same events ends in the same
+// facts, hence the same status. A refund that arrives before its
 // payment's success names a payment no success has settled yet: it is kept
 // PENDING on a payment row created PENDING (amount unknown), and the
 // success applies it, in arrival order, when it settles the payment. A
@@ -60,8 +68,10 @@ import (
 // What may differ is only when and in which sequence things happened: ids,
 // timestamps. This holds for events that are consistent with one another
 // (refunds summing to at most the payment); which of several refunds is the
-// one that would exceed the payment, or which of two payments of one order
-// settles it, is decided by arrival, as it must be.
+// one that would exceed the payment, which of two payments of one order
+// settles it, and which of the events that tell of one refund is the one
+// that applies (the first to arrive; the others are NOOP), are decided by
+// arrival, as they must be.
 //
 // # Transactions and locks
 //
@@ -78,7 +88,10 @@ import (
 //     waits for the first, finds the id taken and writes nothing more. So
 //     every event row naming a payment is written under that payment's
 //     lock, and a success that reads the refunds waiting for its payment
-//     never meets one that is being written;
+//     never meets one that is being written; nor does a refund that looks,
+//     under the same lock, for another event of its RefundID that applied
+//     or waits (the unique index on (provider, refund_id) of the APPLIED
+//     events refuses a second application that did not follow this);
 //   - a refund reads which order its payment belongs to (an order number,
 //     once set, never changes), locks that order, then the payment; a
 //     refund whose payment is not settled locks only the payment row, and
@@ -111,10 +124,12 @@ const (
 	PaymentSucceeded PaymentKind = "SUCCEEDED"
 	// PaymentRefundedTotal: the provider reports the payment's whole
 	// refunded amount so far as Amount (Alipay's refund_fee, Stripe's
-	// charge.amount_refunded), not one refund's: the event adds what it
-	// reports beyond the refunds already applied, and a total at or under
-	// them changes nothing. Totals reported in any order end at the
-	// largest.
+	// charge.amount_refunded), not one refund's. The payment keeps the
+	// largest total reported, and its refunded amount is the larger of
+	// that total and the sum of its distinct refunds, since both count the
+	// same money: a total never adds to the refunds, and a refund never
+	// adds to a total. A total at or under the largest reported changes
+	// nothing. Totals reported in any order end at the largest.
 	PaymentRefundedTotal PaymentKind = "REFUNDED_TOTAL"
 	// PaymentRefunded: the provider gave Amount of it back (in full or in
 	// part).
@@ -140,6 +155,14 @@ type PaymentEvent struct {
 	OrderNo string
 	// Kind is PaymentSucceeded, PaymentRefunded or PaymentRefundedTotal.
 	Kind PaymentKind
+	// RefundID is the provider's id of the one refund a PaymentRefunded
+	// tells of (at most 255 bytes); "" for a success, a reported total, or
+	// a refund of a provider that gives refunds no id. A provider may tell
+	// of one refund in several events (Stripe's refund.created,
+	// refund.updated and charge.refund.updated): the first that applies or
+	// waits counts, and the others with the same RefundID change nothing.
+	// A refund without a RefundID counts as a refund of its own.
+	RefundID string
 	// Amount is the amount paid or refunded in minor units (cents, fen):
 	// above zero.
 	Amount int64
@@ -194,7 +217,11 @@ const (
 // id, so the caller acknowledges it.
 type PaymentOutcome struct {
 	// Applied: the event changed the payment facts (a success settled its
-	// payment, a refund added to the refunded amount).
+	// payment, a refund added to the sum of the refunds, a total raised the
+	// largest total reported). None of Applied, Pending, Duplicate and
+	// Anomaly: the event was recorded and changed nothing (a success
+	// repeated under another event id, a total at or under the largest
+	// reported, a refund whose RefundID applied or waits already).
 	Applied bool
 	// Pending: a refund whose payment has not succeeded yet was kept for
 	// the success to apply.
@@ -235,10 +262,17 @@ type Payment struct {
 	// AmountCents and Currency are the success's, 0 and "" while pending.
 	AmountCents int64
 	Currency    string
-	// RefundedCents is the sum of the applied refunds: never above
-	// AmountCents.
+	// RefundedCents is the refunded amount the order's state derives
+	// from: the larger of RefundedSumCents and RefundedReportedCents,
+	// never above AmountCents.
 	RefundedCents int64
-	// EventsApplied counts the success and the refunds applied.
+	// RefundedSumCents is the sum of the distinct refunds applied (each
+	// RefundID once).
+	RefundedSumCents int64
+	// RefundedReportedCents is the largest refunded total the provider
+	// reported (PaymentRefundedTotal).
+	RefundedReportedCents int64
+	// EventsApplied counts the success and the refunds and totals applied.
 	EventsApplied int
 }
 
@@ -290,8 +324,8 @@ const (
 // order.
 type PaymentStatements struct {
 	// InsertEvent records an event, claiming its (provider, event_id).
-	// Parameters: provider, event_id, kind, payment_id, order_no (or NULL),
-	// amount_cents, currency, digest, outcome. A duplicate either fails with
+	// Parameters: provider, event_id, kind, payment_id, refund_id (or
+	// NULL), order_no (or NULL), amount_cents, currency, digest, outcome. A duplicate either fails with
 	// a unique violation or inserts no row.
 	InsertEvent string
 	// SelectEvent reads a recorded event as the latest committed version
@@ -326,12 +360,14 @@ type PaymentStatements struct {
 	// SelectPayment reads a payment without a lock, as LockPayment.
 	SelectPayment string
 	// SettlePayment settles a pending payment. Parameters: order_no,
-	// amount_cents, currency, refunded_cents, events_applied, provider,
-	// payment_id.
+	// amount_cents, currency, refunded_cents, refunded_sum_cents,
+	// refunded_reported_cents, events_applied, provider, payment_id.
 	SettlePayment string
-	// UpdatePaymentRefund sets a settled payment's refunded amount, guarded
-	// by the amount read under the lock. Parameters: refunded_cents,
-	// events_applied, provider, payment_id, the refunded_cents read.
+	// UpdatePaymentRefund sets a settled payment's refunded amounts,
+	// guarded by the events_applied read under the lock (every write of a
+	// payment raises it). Parameters: refunded_cents, refunded_sum_cents,
+	// refunded_reported_cents, events_applied, provider, payment_id, the
+	// events_applied read.
 	UpdatePaymentRefund string
 	// SelectOrderPayments reads the settled payments of an order with a
 	// shared lock (their latest committed version). Parameter: order_no.
@@ -339,8 +375,14 @@ type PaymentStatements struct {
 	SelectOrderPayments string
 	// SelectPendingRefunds locks the refunds waiting for a payment, in
 	// arrival order. Parameters: provider, payment_id. Columns: event_id,
-	// order_no, amount_cents, currency, digest.
+	// refund_id, order_no, kind, amount_cents, currency, digest.
 	SelectPendingRefunds string
+	// SelectRefundTold reads another event of the same refund that applied
+	// or waits, as the latest committed version (a locking read on MySQL),
+	// under the lock of the refund's payment. Parameters: provider,
+	// refund_id, the event_id to leave out. Column: event_id; no row when
+	// the refund is new.
+	SelectRefundTold string
 	// ListAnomalies lists the recorded anomalies and the refunds owed,
 	// newest first. Parameter: the limit. Columns: PaymentAnomaly's fields
 	// in order.
@@ -349,8 +391,8 @@ type PaymentStatements struct {
 
 var mysqlPayments = PaymentStatements{
 	InsertEvent: `INSERT INTO payment_event
-  (provider, event_id, kind, payment_id, order_no, amount_cents, currency, digest, outcome)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+  (provider, event_id, kind, payment_id, refund_id, order_no, amount_cents, currency, digest, outcome)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 	SelectEvent:        `SELECT kind, payment_id, order_no, digest, outcome, reason FROM payment_event WHERE provider = ? AND event_id = ? LOCK IN SHARE MODE`,
 	UpdateEventOutcome: `UPDATE payment_event SET outcome = ?, reason = ?, order_no = COALESCE(order_no, ?) WHERE provider = ? AND event_id = ?`,
 	InsertAnomaly: `INSERT INTO payment_anomaly
@@ -361,17 +403,22 @@ ON DUPLICATE KEY UPDATE id = id`,
 	UpdateOrderFacts:     `UPDATE purchase_order SET status = ?, cancel_requested = ?, updated_at = CURRENT_TIMESTAMP(6) WHERE order_no = ? AND status = ?`,
 	SelectPaymentOrder:   `SELECT order_no FROM order_payment WHERE provider = ? AND payment_id = ?`,
 	InsertPendingPayment: `INSERT INTO order_payment (provider, payment_id, status) VALUES (?, ?, 'PENDING') ON DUPLICATE KEY UPDATE provider = provider`,
-	LockPayment:          `SELECT order_no, status, amount_cents, currency, refunded_cents, events_applied FROM order_payment WHERE provider = ? AND payment_id = ? FOR UPDATE`,
-	SelectPayment:        `SELECT order_no, status, amount_cents, currency, refunded_cents, events_applied FROM order_payment WHERE provider = ? AND payment_id = ?`,
+	LockPayment: `SELECT order_no, status, amount_cents, currency, refunded_cents, refunded_sum_cents, refunded_reported_cents, events_applied
+FROM order_payment WHERE provider = ? AND payment_id = ? FOR UPDATE`,
+	SelectPayment: `SELECT order_no, status, amount_cents, currency, refunded_cents, refunded_sum_cents, refunded_reported_cents, events_applied
+FROM order_payment WHERE provider = ? AND payment_id = ?`,
 	SettlePayment: `UPDATE order_payment SET status = 'SUCCEEDED', order_no = ?, amount_cents = ?, currency = ?,
-  refunded_cents = ?, events_applied = ?, updated_at = CURRENT_TIMESTAMP(6)
+  refunded_cents = ?, refunded_sum_cents = ?, refunded_reported_cents = ?, events_applied = ?, updated_at = CURRENT_TIMESTAMP(6)
 WHERE provider = ? AND payment_id = ? AND status = 'PENDING'`,
-	UpdatePaymentRefund: `UPDATE order_payment SET refunded_cents = ?, events_applied = ?, updated_at = CURRENT_TIMESTAMP(6)
-WHERE provider = ? AND payment_id = ? AND status = 'SUCCEEDED' AND refunded_cents = ?`,
+	UpdatePaymentRefund: `UPDATE order_payment SET refunded_cents = ?, refunded_sum_cents = ?, refunded_reported_cents = ?,
+  events_applied = ?, updated_at = CURRENT_TIMESTAMP(6)
+WHERE provider = ? AND payment_id = ? AND status = 'SUCCEEDED' AND events_applied = ?`,
 	SelectOrderPayments: `SELECT provider, payment_id, amount_cents, refunded_cents FROM order_payment
 WHERE order_no = ? AND status = 'SUCCEEDED' ORDER BY provider, payment_id LOCK IN SHARE MODE`,
-	SelectPendingRefunds: `SELECT event_id, order_no, kind, amount_cents, currency, digest FROM payment_event
+	SelectPendingRefunds: `SELECT event_id, refund_id, order_no, kind, amount_cents, currency, digest FROM payment_event
 WHERE provider = ? AND payment_id = ? AND outcome = 'PENDING' AND kind IN ('REFUNDED', 'REFUNDED_TOTAL') ORDER BY id FOR UPDATE`,
+	SelectRefundTold: `SELECT event_id FROM payment_event
+WHERE provider = ? AND refund_id = ? AND outcome IN ('APPLIED', 'PENDING') AND event_id <> ? LIMIT 1 LOCK IN SHARE MODE`,
 	ListAnomalies: `SELECT reason, provider, event_id, kind, payment_id, order_no, amount_cents, currency, digest, at FROM (
   SELECT a.reason, a.provider, a.event_id, a.kind, a.payment_id, a.order_no, a.amount_cents, a.currency, a.digest, a.created_at AS at
   FROM payment_anomaly a
@@ -388,8 +435,8 @@ WHERE provider = ? AND payment_id = ? AND outcome = 'PENDING' AND kind IN ('REFU
 
 var postgresPayments = PaymentStatements{
 	InsertEvent: `INSERT INTO payment_event
-  (provider, event_id, kind, payment_id, order_no, amount_cents, currency, digest, outcome)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+  (provider, event_id, kind, payment_id, refund_id, order_no, amount_cents, currency, digest, outcome)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
 ON CONFLICT (provider, event_id) DO NOTHING`,
 	SelectEvent:        `SELECT kind, payment_id, order_no, digest, outcome, reason FROM payment_event WHERE provider = $1 AND event_id = $2`,
 	UpdateEventOutcome: `UPDATE payment_event SET outcome = $1, reason = $2, order_no = COALESCE(order_no, $3) WHERE provider = $4 AND event_id = $5`,
@@ -401,17 +448,22 @@ ON CONFLICT (provider, event_id, digest, reason) DO NOTHING`,
 	UpdateOrderFacts:     `UPDATE purchase_order SET status = $1, cancel_requested = $2, updated_at = clock_timestamp() WHERE order_no = $3 AND status = $4`,
 	SelectPaymentOrder:   `SELECT order_no FROM order_payment WHERE provider = $1 AND payment_id = $2`,
 	InsertPendingPayment: `INSERT INTO order_payment (provider, payment_id, status) VALUES ($1, $2, 'PENDING') ON CONFLICT (provider, payment_id) DO NOTHING`,
-	LockPayment:          `SELECT order_no, status, amount_cents, currency, refunded_cents, events_applied FROM order_payment WHERE provider = $1 AND payment_id = $2 FOR UPDATE`,
-	SelectPayment:        `SELECT order_no, status, amount_cents, currency, refunded_cents, events_applied FROM order_payment WHERE provider = $1 AND payment_id = $2`,
+	LockPayment: `SELECT order_no, status, amount_cents, currency, refunded_cents, refunded_sum_cents, refunded_reported_cents, events_applied
+FROM order_payment WHERE provider = $1 AND payment_id = $2 FOR UPDATE`,
+	SelectPayment: `SELECT order_no, status, amount_cents, currency, refunded_cents, refunded_sum_cents, refunded_reported_cents, events_applied
+FROM order_payment WHERE provider = $1 AND payment_id = $2`,
 	SettlePayment: `UPDATE order_payment SET status = 'SUCCEEDED', order_no = $1, amount_cents = $2, currency = $3,
-  refunded_cents = $4, events_applied = $5, updated_at = clock_timestamp()
-WHERE provider = $6 AND payment_id = $7 AND status = 'PENDING'`,
-	UpdatePaymentRefund: `UPDATE order_payment SET refunded_cents = $1, events_applied = $2, updated_at = clock_timestamp()
-WHERE provider = $3 AND payment_id = $4 AND status = 'SUCCEEDED' AND refunded_cents = $5`,
+  refunded_cents = $4, refunded_sum_cents = $5, refunded_reported_cents = $6, events_applied = $7, updated_at = clock_timestamp()
+WHERE provider = $8 AND payment_id = $9 AND status = 'PENDING'`,
+	UpdatePaymentRefund: `UPDATE order_payment SET refunded_cents = $1, refunded_sum_cents = $2, refunded_reported_cents = $3,
+  events_applied = $4, updated_at = clock_timestamp()
+WHERE provider = $5 AND payment_id = $6 AND status = 'SUCCEEDED' AND events_applied = $7`,
 	SelectOrderPayments: `SELECT provider, payment_id, amount_cents, refunded_cents FROM order_payment
 WHERE order_no = $1 AND status = 'SUCCEEDED' ORDER BY provider, payment_id FOR SHARE`,
-	SelectPendingRefunds: `SELECT event_id, order_no, kind, amount_cents, currency, digest FROM payment_event
+	SelectPendingRefunds: `SELECT event_id, refund_id, order_no, kind, amount_cents, currency, digest FROM payment_event
 WHERE provider = $1 AND payment_id = $2 AND outcome = 'PENDING' AND kind IN ('REFUNDED', 'REFUNDED_TOTAL') ORDER BY id FOR UPDATE`,
+	SelectRefundTold: `SELECT event_id FROM payment_event
+WHERE provider = $1 AND refund_id = $2 AND outcome IN ('APPLIED', 'PENDING') AND event_id <> $3 LIMIT 1`,
 	ListAnomalies: `SELECT reason, provider, event_id, kind, payment_id, order_no, amount_cents, currency, digest, at FROM (
   SELECT a.reason, a.provider, a.event_id, a.kind, a.payment_id, a.order_no, a.amount_cents, a.currency, a.digest, a.created_at AS at
   FROM payment_anomaly a
@@ -431,7 +483,7 @@ WHERE provider = $1 AND payment_id = $2 AND outcome = 'PENDING' AND kind IN ('RE
 // sqlite's Open) and hold the database's write lock throughout.
 var sqlitePayments = func() PaymentStatements {
 	p := mysqlPayments
-	for _, f := range []*string{&p.SelectEvent, &p.LockOrder, &p.LockPayment, &p.SelectOrderPayments, &p.SelectPendingRefunds} {
+	for _, f := range []*string{&p.SelectEvent, &p.LockOrder, &p.LockPayment, &p.SelectOrderPayments, &p.SelectPendingRefunds, &p.SelectRefundTold} {
 		*f = strings.TrimSuffix(strings.TrimSuffix(*f, " LOCK IN SHARE MODE"), " FOR UPDATE")
 	}
 	p.InsertAnomaly = strings.Replace(p.InsertAnomaly, "ON DUPLICATE KEY UPDATE id = id", "ON CONFLICT (provider, event_id, digest, reason) DO NOTHING", 1)
@@ -502,10 +554,14 @@ func (o lockedOrder) cancel() bool { return o.flag || o.status == OrderCanceled 
 func (ev PaymentEvent) normalize() (PaymentEvent, error) {
 	ev.Currency = strings.ToUpper(ev.Currency)
 	if ev.Digest == "" {
-		sum := sha256.Sum256([]byte(strings.Join([]string{
+		fields := []string{
 			ev.Provider, ev.EventID, ev.PaymentID, ev.OrderNo, string(ev.Kind),
 			strconv.FormatInt(ev.Amount, 10), ev.Currency,
-		}, "\x00")))
+		}
+		if ev.RefundID != "" {
+			fields = append(fields, ev.RefundID)
+		}
+		sum := sha256.Sum256([]byte(strings.Join(fields, "\x00")))
 		ev.Digest = hex.EncodeToString(sum[:])
 	}
 	var problem string
@@ -520,6 +576,10 @@ func (ev PaymentEvent) normalize() (PaymentEvent, error) {
 		problem = "OrderNo must be at most 64 bytes"
 	case ev.Kind != PaymentSucceeded && ev.Kind != PaymentRefunded && ev.Kind != PaymentRefundedTotal:
 		problem = fmt.Sprintf("Kind %q is not PaymentSucceeded, PaymentRefunded or PaymentRefundedTotal", ev.Kind)
+	case len(ev.RefundID) > 255:
+		problem = "RefundID must be at most 255 bytes"
+	case ev.RefundID != "" && ev.Kind != PaymentRefunded:
+		problem = "RefundID names one refund: only a PaymentRefunded has one"
 	case ev.Amount <= 0:
 		problem = "Amount must be above zero"
 	case len(ev.Currency) != 3 || strings.Trim(ev.Currency, "ABCDEFGHIJKLMNOPQRSTUVWXYZ") != "":
@@ -596,7 +656,7 @@ var errDuplicateEvent = errors.New("idempotency: payment event recorded before")
 // claimEvent inserts the event's row, or reports that its id is taken.
 func (s Orders) claimEvent(ctx context.Context, tx *sql.Tx, ev PaymentEvent) (bool, error) {
 	res, err := tx.ExecContext(ctx, s.Payments.InsertEvent,
-		ev.Provider, ev.EventID, string(ev.Kind), ev.PaymentID, nullable(ev.OrderNo),
+		ev.Provider, ev.EventID, string(ev.Kind), ev.PaymentID, nullable(ev.RefundID), nullable(ev.OrderNo),
 		ev.Amount, ev.Currency, ev.Digest, eventPending)
 	if err != nil {
 		if isUniqueViolation(err) {
@@ -708,7 +768,8 @@ func (s Orders) applySuccess(ctx context.Context, tx *sql.Tx, ev PaymentEvent, c
 		return PaymentOutcome{}, "", err
 	}
 	if err := s.exec(ctx, tx, "settle payment", s.Payments.SettlePayment,
-		p.OrderNo, p.AmountCents, p.Currency, p.RefundedCents, p.EventsApplied, p.Provider, p.PaymentID); err != nil {
+		p.OrderNo, p.AmountCents, p.Currency, p.RefundedCents, p.RefundedSumCents, p.RefundedReportedCents,
+		p.EventsApplied, p.Provider, p.PaymentID); err != nil {
 		return PaymentOutcome{}, "", err
 	}
 	f := orderFacts{paid: true, amount: p.AmountCents, refunded: p.RefundedCents, cancel: o.cancel()}
@@ -722,7 +783,8 @@ func (s Orders) applySuccess(ctx context.Context, tx *sql.Tx, ev PaymentEvent, c
 }
 
 // applyPendingRefunds applies, in arrival order, the refunds that waited
-// for p's success, as if each had arrived after it.
+// for p's success, as if each had arrived after it: by the rules of
+// addRefund, and a refund whose RefundID one before it applied is a NOOP.
 func (s Orders) applyPendingRefunds(ctx context.Context, tx *sql.Tx, p *Payment) error {
 	rows, err := tx.QueryContext(ctx, s.Payments.SelectPendingRefunds, p.Provider, p.PaymentID)
 	if err != nil {
@@ -731,54 +793,93 @@ func (s Orders) applyPendingRefunds(ctx context.Context, tx *sql.Tx, p *Payment)
 	var refunds []PaymentEvent
 	for rows.Next() {
 		r := PaymentEvent{Provider: p.Provider, PaymentID: p.PaymentID}
-		var orderNo sql.NullString
-		if err := rows.Scan(&r.EventID, &orderNo, &r.Kind, &r.Amount, &r.Currency, &r.Digest); err != nil {
+		var refundID, orderNo sql.NullString
+		if err := rows.Scan(&r.EventID, &refundID, &orderNo, &r.Kind, &r.Amount, &r.Currency, &r.Digest); err != nil {
 			rows.Close()
 			return fmt.Errorf("idempotency: read pending refunds: %w", err)
 		}
-		r.OrderNo = orderNo.String
+		r.RefundID, r.OrderNo = refundID.String, orderNo.String
 		refunds = append(refunds, r)
 	}
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("idempotency: read pending refunds: %w", err)
 	}
 	rows.Close()
+	// A refund told twice waits once (applyRefund finds the first waiting),
+	// unless both were written at once where the database's snapshot hid
+	// one from the other (PostgreSQL at REPEATABLE READ): the first applies.
+	applied := map[string]bool{}
 	for _, r := range refunds {
-		if r.Kind == PaymentRefundedTotal {
-			if r.Amount -= p.RefundedCents; r.Amount <= 0 {
-				// A total already covered by the refunds before it.
-				if err := s.setEventOutcome(ctx, tx, r.Provider, r.EventID, eventNoop, "", p.OrderNo); err != nil {
-					return err
-				}
-				continue
-			}
+		outcome, reason := eventNoop, AnomalyReason("")
+		if r.RefundID == "" || !applied[r.RefundID] {
+			outcome, reason = addRefund(p, r)
 		}
-		if reason := refundRefused(*p, r); reason != "" {
+		if outcome == eventApplied && r.RefundID != "" {
+			applied[r.RefundID] = true
+		}
+		if outcome == eventAnomaly {
+			// r as reported: its amount, not what it would have added.
 			if err := s.recordAnomaly(ctx, tx, r, p.OrderNo, reason); err != nil {
 				return err
 			}
 			continue
 		}
-		p.RefundedCents += r.Amount
-		p.EventsApplied++
-		if err := s.setEventOutcome(ctx, tx, r.Provider, r.EventID, eventApplied, "", p.OrderNo); err != nil {
+		if err := s.setEventOutcome(ctx, tx, r.Provider, r.EventID, outcome, "", p.OrderNo); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// refundRefused is why refund r cannot apply to settled payment p, or "".
-func refundRefused(p Payment, r PaymentEvent) AnomalyReason {
+// addRefund applies refund or total r to settled payment p's facts, whose
+// RefundID (if any) no other event applied, and returns what became of it:
+// eventApplied, eventNoop (a total at or under the largest reported), or
+// eventAnomaly and why. The rule: S, the sum of the distinct refunds, and
+// T, the largest total reported, each stay at most the amount paid, and
+// the refunded amount R is max(S, T), since a total and the refunds it
+// counts tell of the same money.
+func addRefund(p *Payment, r PaymentEvent) (string, AnomalyReason) {
 	switch {
 	case r.OrderNo != "" && r.OrderNo != p.OrderNo:
-		return AnomalyOrderMismatch
+		return eventAnomaly, AnomalyOrderMismatch
 	case r.Currency != p.Currency:
-		return AnomalyCurrencyMismatch
-	case p.RefundedCents+r.Amount > p.AmountCents:
-		return AnomalyRefundExceedsPayment
+		return eventAnomaly, AnomalyCurrencyMismatch
 	}
-	return ""
+	if r.Kind == PaymentRefundedTotal {
+		switch {
+		case r.Amount <= p.RefundedReportedCents:
+			return eventNoop, ""
+		case r.Amount > p.AmountCents:
+			return eventAnomaly, AnomalyRefundExceedsPayment
+		}
+		p.RefundedReportedCents = r.Amount
+	} else {
+		if p.RefundedSumCents+r.Amount > p.AmountCents {
+			return eventAnomaly, AnomalyRefundExceedsPayment
+		}
+		p.RefundedSumCents += r.Amount
+	}
+	p.RefundedCents = max(p.RefundedSumCents, p.RefundedReportedCents)
+	p.EventsApplied++
+	return eventApplied, ""
+}
+
+// refundTold reports whether another event of ev's refund (its RefundID)
+// applied or waits. The caller holds the lock of ev's payment, under which
+// every event of that payment is written.
+func (s Orders) refundTold(ctx context.Context, tx *sql.Tx, ev PaymentEvent) (bool, error) {
+	if ev.RefundID == "" {
+		return false, nil
+	}
+	var eventID string
+	err := tx.QueryRowContext(ctx, s.Payments.SelectRefundTold, ev.Provider, ev.RefundID, ev.EventID).Scan(&eventID)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("idempotency: read the refund's events: %w", err)
+	}
+	return true, nil
 }
 
 // applyRefund adds the event to its payment's refunds, or keeps it pending.
@@ -803,6 +904,14 @@ func (s Orders) applyRefund(ctx context.Context, tx *sql.Tx, ev PaymentEvent, cl
 		if err := claim(); err != nil {
 			return PaymentOutcome{}, "", err
 		}
+		told, err := s.refundTold(ctx, tx, ev)
+		if err != nil {
+			return PaymentOutcome{}, "", err
+		}
+		if told {
+			// The refund waits already, under another event id.
+			return PaymentOutcome{}, eventNoop, nil
+		}
 		return PaymentOutcome{Pending: true}, eventPending, nil
 	}
 
@@ -817,31 +926,35 @@ func (s Orders) applyRefund(ctx context.Context, tx *sql.Tx, ev PaymentEvent, cl
 	if err := claim(); err != nil {
 		return PaymentOutcome{}, "", err
 	}
-	if ev.Kind == PaymentRefundedTotal {
-		if ev.Amount -= p.RefundedCents; ev.Amount <= 0 {
-			// A total the refunds applied already cover: nothing to add.
-			f := orderFacts{paid: true, amount: p.AmountCents, refunded: p.RefundedCents, cancel: o.cancel()}
-			return s.outcome(p.OrderNo, o.status, f), eventNoop, nil
-		}
-	}
-	if reason := refundRefused(p, ev); reason != "" {
-		return PaymentOutcome{OrderNo: p.OrderNo, Status: o.status, Anomaly: reason}, eventAnomaly, nil
-	}
-	read := p.RefundedCents
-	p.RefundedCents += ev.Amount
-	p.EventsApplied++
-	if err := s.exec(ctx, tx, "refund payment", s.Payments.UpdatePaymentRefund,
-		p.RefundedCents, p.EventsApplied, p.Provider, p.PaymentID, read); err != nil {
-		return PaymentOutcome{}, "", err
-	}
-	f := orderFacts{paid: true, amount: p.AmountCents, refunded: p.RefundedCents, cancel: o.cancel()}
-	status, err := s.moveOrder(ctx, tx, o, f)
+	told, err := s.refundTold(ctx, tx, ev)
 	if err != nil {
 		return PaymentOutcome{}, "", err
 	}
+	outcome, reason := eventNoop, AnomalyReason("")
+	if !told {
+		read := p.EventsApplied
+		outcome, reason = addRefund(&p, ev)
+		if outcome == eventApplied {
+			if err := s.exec(ctx, tx, "refund payment", s.Payments.UpdatePaymentRefund,
+				p.RefundedCents, p.RefundedSumCents, p.RefundedReportedCents, p.EventsApplied,
+				p.Provider, p.PaymentID, read); err != nil {
+				return PaymentOutcome{}, "", err
+			}
+		}
+	}
+	if outcome == eventAnomaly {
+		return PaymentOutcome{OrderNo: p.OrderNo, Status: o.status, Anomaly: reason}, eventAnomaly, nil
+	}
+	f := orderFacts{paid: true, amount: p.AmountCents, refunded: p.RefundedCents, cancel: o.cancel()}
+	status := o.status
+	if outcome == eventApplied {
+		if status, err = s.moveOrder(ctx, tx, o, f); err != nil {
+			return PaymentOutcome{}, "", err
+		}
+	}
 	out := s.outcome(p.OrderNo, status, f)
-	out.Applied = true
-	return out, eventApplied, nil
+	out.Applied = outcome == eventApplied
+	return out, outcome, nil
 }
 
 // outcome reports an order's state and the refund its facts owe.
@@ -938,7 +1051,7 @@ func (s Orders) scanPayment(row *sql.Row, provider, paymentID string) (Payment, 
 	var orderNo, currency sql.NullString
 	var amount sql.NullInt64
 	var status string
-	err := row.Scan(&orderNo, &status, &amount, &currency, &p.RefundedCents, &p.EventsApplied)
+	err := row.Scan(&orderNo, &status, &amount, &currency, &p.RefundedCents, &p.RefundedSumCents, &p.RefundedReportedCents, &p.EventsApplied)
 	if errors.Is(err, sql.ErrNoRows) {
 		return p, fmt.Errorf("%w: %s of %s", ErrPaymentNotFound, paymentID, provider)
 	}

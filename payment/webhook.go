@@ -305,6 +305,6 @@ func storeEvent(ev Event) idempotency.PaymentEvent {
 	}
 	return idempotency.PaymentEvent{
 		Provider: ev.Provider, EventID: ev.ID, PaymentID: ev.PaymentID, OrderNo: ev.OrderNo,
-		Kind: kind, Amount: ev.Amount, Currency: ev.Currency, Digest: ev.Digest,
+		Kind: kind, RefundID: ev.RefundID, Amount: ev.Amount, Currency: ev.Currency, Digest: ev.Digest,
 	}
 }

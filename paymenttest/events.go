@@ -102,7 +102,7 @@ func exerciseEvents(t *testing.T, e Engine) {
 		o, err := b.orders.Get(context.Background(), b.db, r.order())
 		require.NoError(t, err)
 		require.Equal(t, idempotency.OrderCreated, o.Status)
-		require.Equal(t, []string{"stripe E-a REFUNDED P  500 CNY d-a PENDING "}, b.facts(t, r).Events)
+		require.Equal(t, []string{"stripe E-a REFUNDED P   500 CNY d-a PENDING "}, b.facts(t, r).Events)
 	})
 
 	// Money taken for an order that will not ship: the payment applies, the
@@ -157,9 +157,9 @@ func exerciseEvents(t *testing.T, e Engine) {
 	})
 
 	// A provider that reports the payment's whole refunded amount so far
-	// (PaymentRefundedTotal) adds only what it reports beyond the refunds
-	// applied: totals delivered in any order, before or after the success, end
-	// at the largest.
+	// (PaymentRefundedTotal) never adds to the refunds applied: the payment
+	// keeps the largest total, and totals delivered in any order, before or
+	// after the success, end at the largest.
 	t.Run("RefundedTotals_InAnyOrder_EndAtTheLargest", func(t *testing.T) {
 		t.Parallel()
 		b := newBundle(t, e)

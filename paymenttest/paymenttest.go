@@ -3,7 +3,8 @@
 // pass, as storetest is for stores: every delivery order of a payment's
 // events ends in the same state and facts, each pair of them at once does
 // too, anomalies are recorded and listed and change nothing, duplicates are
-// no-ops, and refunds and refunded totals add up. The root package runs it
+// no-ops, refunds add up, and one refund told by several events, or by a
+// refunded total beside its own event, counts once. The root package runs it
 // on MariaDB/MySQL with MySQLOrders, the postgres module on PostgreSQL with
 // PostgresOrders.
 //
@@ -58,6 +59,7 @@ func Exercise(t *testing.T, e Engine) {
 	exerciseDeliveryOrders(t, e)
 	exerciseEvents(t, e)
 	exerciseAnomalies(t, e)
+	exerciseRefundIdentity(t, e)
 }
 
 // bundle is one migrated database and the SQL to inspect it.
@@ -87,6 +89,23 @@ func (r run) success(amount int64) idempotency.PaymentEvent {
 func (r run) refund(id string, amount int64) idempotency.PaymentEvent {
 	return idempotency.PaymentEvent{Provider: "stripe", EventID: r.event(id), PaymentID: r.payment(),
 		Kind: idempotency.PaymentRefunded, Amount: amount, Currency: "CNY", Digest: "d-" + id}
+}
+
+// refundOf is one event that tells of the refund refundID: a provider
+// tells of one refund in several events (Stripe's refund.created,
+// refund.updated, charge.refund.updated), each with an event id of its own.
+func (r run) refundOf(id, refundID string, amount int64) idempotency.PaymentEvent {
+	ev := r.refund(id, amount)
+	ev.RefundID = "re-" + refundID + string(r)
+	return ev
+}
+
+// total is an event that reports the payment's whole refunded amount so far
+// (Stripe's charge.refunded, Alipay's refund_fee).
+func (r run) total(id string, amount int64) idempotency.PaymentEvent {
+	ev := r.refund(id, amount)
+	ev.Kind = idempotency.PaymentRefundedTotal
+	return ev
 }
 
 // step is one delivery: a provider event or the user's cancel.
@@ -199,9 +218,10 @@ func (b *bundle) facts(t *testing.T, r run) recordedFacts {
 	f := recordedFacts{
 		Order: b.rows(t, `SELECT status, cancel_requested, currency, total_cents FROM purchase_order WHERE order_no = ?`, r.order()),
 		Payment: b.rows(t, `SELECT provider, payment_id, COALESCE(order_no, ''), status, COALESCE(amount_cents, 0),
-  COALESCE(currency, ''), refunded_cents, events_applied FROM order_payment WHERE payment_id = ?`, r.payment()),
-		Events: b.rows(t, `SELECT provider, event_id, kind, payment_id, COALESCE(order_no, ''), amount_cents, currency, digest,
-  outcome, COALESCE(reason, '') FROM payment_event WHERE payment_id = ? ORDER BY event_id`, r.payment()),
+  COALESCE(currency, ''), refunded_cents, refunded_sum_cents, refunded_reported_cents, events_applied
+  FROM order_payment WHERE payment_id = ?`, r.payment()),
+		Events: b.rows(t, `SELECT provider, event_id, kind, payment_id, COALESCE(refund_id, ''), COALESCE(order_no, ''), amount_cents,
+  currency, digest, outcome, COALESCE(reason, '') FROM payment_event WHERE payment_id = ? ORDER BY event_id`, r.payment()),
 		Anomalies: b.rows(t, `SELECT provider, event_id, kind, payment_id, COALESCE(order_no, ''), amount_cents, currency, digest,
   reason FROM payment_anomaly WHERE payment_id = ? ORDER BY event_id, reason`, r.payment()),
 	}

@@ -13,6 +13,8 @@ CREATE TABLE IF NOT EXISTS order_payment (
   amount_cents   INTEGER NULL,
   currency       TEXT    NULL,
   refunded_cents INTEGER NOT NULL DEFAULT 0,
+  refunded_sum_cents      INTEGER NOT NULL DEFAULT 0,
+  refunded_reported_cents INTEGER NOT NULL DEFAULT 0,
   events_applied INTEGER NOT NULL DEFAULT 0,
   created_at     TEXT    NOT NULL DEFAULT CURRENT_TIMESTAMP,
   updated_at     TEXT    NOT NULL DEFAULT CURRENT_TIMESTAMP,
@@ -25,6 +27,7 @@ CREATE TABLE IF NOT EXISTS payment_event (
   event_id     TEXT    NOT NULL,
   kind         TEXT    NOT NULL,
   payment_id   TEXT    NOT NULL,
+  refund_id    TEXT    NULL,
   order_no     TEXT    NULL,
   amount_cents INTEGER NOT NULL,
   currency     TEXT    NOT NULL,
@@ -35,6 +38,9 @@ CREATE TABLE IF NOT EXISTS payment_event (
   UNIQUE (provider, event_id)
 );
 CREATE INDEX IF NOT EXISTS idx_payment_event_payment ON payment_event (provider, payment_id, outcome);
+CREATE INDEX IF NOT EXISTS idx_payment_event_refund ON payment_event (provider, refund_id);
+-- One applied event per refund (see refund_id in the MySQL migration).
+CREATE UNIQUE INDEX IF NOT EXISTS uk_payment_event_refund ON payment_event (provider, refund_id) WHERE outcome = 'APPLIED';
 CREATE TABLE IF NOT EXISTS payment_anomaly (
   id           INTEGER PRIMARY KEY AUTOINCREMENT,
   provider     TEXT    NOT NULL,

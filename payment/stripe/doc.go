@@ -57,11 +57,16 @@
 // Charges API), PaymentID is the charge's id (ch_…), which no Succeeded
 // event of this package names.
 //
-// One refund may be told several times: refund.created then refund.updated
-// (both "succeeded", distinct event ids, one RefundID), and charge.refunded
-// with the cumulative amount. The order applies a refund once by RefundID,
-// and a cumulative amount as a total, not as one more refund; an endpoint
-// that subscribes to only one of the two families avoids the question.
+// One refund may be told several times: refund.created, refund.updated and
+// charge.refund.updated (all "succeeded", distinct event ids, one
+// RefundID), and charge.refunded with the cumulative amount. The order
+// store (idempotency.Orders.ApplyPayment) applies one refund once by its
+// RefundID, whichever of its events arrives first (the others are recorded
+// and change nothing), and a cumulative amount as a total, not as one more
+// refund: the payment's refunded amount is the larger of the sum of its
+// distinct refunds and the largest total reported, so the two families
+// never add up, in any delivery order, before or after the payment's
+// success.
 // A refund that fails after it succeeded (status "failed" in a later
 // refund.updated or refund.failed) is Ignored: payment.Kind has no
 // reversal, so it is for reconciliation with Stripe's dashboard.
