@@ -619,6 +619,11 @@ func nullable(s string) any {
 // again), or ErrInvalidPaymentEvent for an event the front-end built wrong.
 // On PostgreSQL an error leaves tx aborted; roll it back.
 func (s Orders) ApplyPayment(ctx context.Context, tx *sql.Tx, ev PaymentEvent) (PaymentOutcome, error) {
+	out, err := s.applyPayment(ctx, tx, ev)
+	return out, conflicted(err)
+}
+
+func (s Orders) applyPayment(ctx context.Context, tx *sql.Tx, ev PaymentEvent) (PaymentOutcome, error) {
 	ev, err := ev.normalize()
 	if err != nil {
 		return PaymentOutcome{}, err
@@ -973,6 +978,11 @@ func (s Orders) outcome(orderNo string, status OrderStatus, f orderFacts) Paymen
 // REFUNDED. A second request changes nothing. It returns the order's state,
 // ErrOrderNotFound, or ErrPaymentConflict (transient: retry).
 func (s Orders) RequestCancel(ctx context.Context, tx *sql.Tx, orderNo string) (OrderStatus, error) {
+	status, err := s.requestCancel(ctx, tx, orderNo)
+	return status, conflicted(err)
+}
+
+func (s Orders) requestCancel(ctx context.Context, tx *sql.Tx, orderNo string) (OrderStatus, error) {
 	o, err := s.lockOrder(ctx, tx, orderNo)
 	if err != nil {
 		return "", err
