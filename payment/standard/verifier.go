@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
@@ -98,7 +97,7 @@ func (v *Verifier) Verify(header http.Header, body []byte, now time.Time) (payme
 	}
 	signed := http.Header{}
 	for _, name := range [...]string{IDHeader, TimestampHeader, SignatureHeader} {
-		value := headerValue(header, name)
+		value := payment.HeaderValue(header, name)
 		if value == "" {
 			return payment.Event{}, fmt.Errorf("idemstandard: no %s header: %w: %w", name, payment.ErrSignature, standardwebhooks.ErrRequiredHeaders)
 		}
@@ -152,20 +151,6 @@ func (v *Verifier) checkTimestamp(signedAt, now time.Time) error {
 		signedAt.UTC().Format(time.RFC3339), d, v.tolerance, payment.ErrStale, libErr)
 }
 
-// headerValue returns the first value of the header name, whose key is
-// matched ignoring case even in a header map not built by net/http.
-func headerValue(h http.Header, name string) string {
-	if v := h.Get(name); v != "" {
-		return v
-	}
-	for key, values := range h {
-		if strings.EqualFold(key, name) && len(values) > 0 && values[0] != "" {
-			return values[0]
-		}
-	}
-	return ""
-}
-
 // Acknowledge answers 204 No Content: senders stop delivering a message on
 // any 2xx.
 func (v *Verifier) Acknowledge(w http.ResponseWriter) {
@@ -176,11 +161,5 @@ func (v *Verifier) Acknowledge(w http.ResponseWriter) {
 // the message again on its retry schedule. A status outside 4xx and 5xx is
 // written as 500, since a refusal is never a success.
 func (v *Verifier) Refuse(w http.ResponseWriter, status int, message string) {
-	if status < 400 || status > 599 {
-		status = http.StatusInternalServerError
-	}
-	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(status)
-	_, _ = w.Write([]byte(message + "\n"))
+	payment.RefusePlain(w, status, message)
 }

@@ -91,7 +91,7 @@ func (v *Verifier) Verify(header http.Header, body []byte, now time.Time) (payme
 	if len(body) > v.maxBodyBytes {
 		return payment.Event{}, fmt.Errorf("idemstripe: body of %d bytes is over %d: %w", len(body), v.maxBodyBytes, payment.ErrTooLarge)
 	}
-	sigHeader := headerValue(header, SignatureHeader)
+	sigHeader := payment.HeaderValue(header, SignatureHeader)
 	ev, err := v.construct(body, sigHeader)
 	if err != nil {
 		return payment.Event{}, err
@@ -160,20 +160,6 @@ func signedTimestamp(sigHeader string) (time.Time, bool) {
 	return at, found
 }
 
-// headerValue returns the first value of the header name, whose key is
-// matched ignoring case even in a header map not built by net/http.
-func headerValue(h http.Header, name string) string {
-	if v := h.Get(name); v != "" {
-		return v
-	}
-	for key, values := range h {
-		if strings.EqualFold(key, name) && len(values) > 0 && values[0] != "" {
-			return values[0]
-		}
-	}
-	return ""
-}
-
 // Acknowledge answers 200 with the JSON body {"received":true}: Stripe
 // stops delivering an event on any 2xx.
 func (v *Verifier) Acknowledge(w http.ResponseWriter) {
@@ -187,11 +173,5 @@ func (v *Verifier) Acknowledge(w http.ResponseWriter) {
 // exponential backoff for up to three days. A status outside 4xx and 5xx
 // is written as 500, since a refusal is never a success.
 func (v *Verifier) Refuse(w http.ResponseWriter, status int, message string) {
-	if status < 400 || status > 599 {
-		status = http.StatusInternalServerError
-	}
-	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(status)
-	_, _ = w.Write([]byte(message + "\n"))
+	payment.RefusePlain(w, status, message)
 }
