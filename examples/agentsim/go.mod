@@ -24,6 +24,7 @@ require (
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/mattn/go-isatty v0.0.24 // indirect
 	github.com/ncruces/go-strftime v1.1.0 // indirect
+	github.com/orderguard/idempotency/examples/internal/cli v0.0.0
 	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/image v0.30.0 // indirect
@@ -38,3 +39,5 @@ require (
 replace github.com/orderguard/idempotency => ../..
 
 replace github.com/orderguard/idempotency/sqlite => ../../sqlite
+
+replace github.com/orderguard/idempotency/examples/internal/cli => ../internal/cli

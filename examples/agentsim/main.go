@@ -54,6 +54,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/orderguard/idempotency/examples/internal/cli"
 )
 
 func main() {
@@ -61,7 +63,7 @@ func main() {
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			os.Exit(2)
+			return // -h: the help is printed
 		}
 		fmt.Fprintln(os.Stderr, "agentsim:", err)
 		os.Exit(1)
@@ -73,6 +75,23 @@ type options struct {
 	Config
 	quick bool
 	out   string
+}
+
+// help is what -h prints: what the simulation needs running, and its flags.
+var help = cli.Help{
+	Usage: "go run ./examples/agentsim [flags]",
+	About: "Simulates AI agents calling create_order through a gateway that times out, " +
+		"under four strategies (no key; the client order number only; a Redis SET NX lock; a key per intent, this library), " +
+		"and writes the duplicate and dirty orders each one lets through to docs/agentsim.md.",
+	Needs: "nothing: the order API runs in-process on SQLite in a temporary directory. " +
+		"MariaDB/MySQL only when -db names one; strategy (c) needs Redis at -redis and is skipped when nothing answers there.",
+	Examples: []string{"go run ./examples/agentsim -quick", "go run ./examples/agentsim -db 'mysql://root@tcp(127.0.0.1:3306)/test'"},
+	Groups: []cli.Group{
+		cli.Flags("Run", "quick", "actions", "concurrency", "strategies", "seed", "out"),
+		cli.Flags("Services", "db", "redis", "lock-ttl"),
+		cli.Flags("Network and runtime", "gateway-timeout", "timeout-rate", "order-latency", "base-latency", "retry-rate", "runtime-retries"),
+		cli.Flags("The model's re-plans", "replan-delay", "max-replans", "replan-coupon-rate", "replan-orderno-rate", "resume-rate", "coupon-rate"),
+	},
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -101,6 +120,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.Uint64Var(&c.Seed, "seed", c.Seed, "seed of intents, agent choices and fault draws")
 	fs.StringVar(&c.Strategies, "strategies", c.Strategies, "rows to run: letters of abcd")
 	fs.StringVar(&o.out, "out", "docs", `directory for agentsim.md and agentsim.png ("" writes nothing)`)
+	help.Install(fs)
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}

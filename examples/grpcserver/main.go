@@ -10,17 +10,7 @@
 //	grpcurl -plaintext -H 'x-user-id: 7' -H 'idempotency-key: grpc-demo-1' \
 //	  -d '{"user_id":7,"sku_id":20001,"quantity":1}' 127.0.0.1:9090 orders.v1.OrderService/CreateOrder
 //
-// Flags:
-//
-//	-addr HOST:PORT        listen address (default 127.0.0.1:9090)
-//	-db URL                sqlite://PATH, mysql://DSN or postgres://… (default sqlite://orders.db)
-//	-mode M                claim-first (default) or single-phase
-//	-lease D               how long a PROCESSING claim is held (default 30s)
-//	-retention D           how long a finished key is remembered (default 24h)
-//	-in-flight-wait D      how long a duplicate waits for the original (default 0)
-//	-reconcile-interval D  how often abandoned claims are settled (default 5s; 0 = off)
-//	-purge-interval D      how often expired records are deleted (default 1m; 0 = off)
-//	-handler-delay D       artificial delay inside the create transaction (default 0)
+// Its flags, grouped, and what it needs running: go run ./examples/grpcserver -h.
 //
 // It serves orders.v1.OrderService (orderpb/orders.proto), the gRPC health
 // service and reflection. The HTTP example server and this one may share a
@@ -33,7 +23,6 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"os/signal"
 	"syscall"
@@ -41,9 +30,29 @@ import (
 
 	"github.com/orderguard/idempotency"
 	"github.com/orderguard/idempotency/examples/grpcserver/ordergrpc"
+	"github.com/orderguard/idempotency/examples/internal/cli"
 	"github.com/orderguard/idempotency/examples/internal/dburl"
 	"github.com/orderguard/idempotency/examples/orderservice"
 )
+
+// help is what -h prints: what the server needs running, and every flag in
+// its group (TestHelp_GroupsEveryFlag keeps it so).
+var help = cli.Help{
+	Usage: "go run ./examples/grpcserver [flags]",
+	About: "The example order API over gRPC (orders.v1.OrderService, with health and reflection), " +
+		"on the same order service and databases as examples/server: a key used over one is the same action over the other.",
+	Needs: "nothing: by default the orders are kept in the embedded SQLite file orders.db. " +
+		"MariaDB/MySQL or PostgreSQL only when -db names one.",
+	Examples: []string{
+		"go run ./examples/grpcserver",
+		"go run ./examples/grpcserver -db 'mysql://root@tcp(127.0.0.1:3306)/test'",
+	},
+	Groups: []cli.Group{
+		cli.Flags("Server", "addr"),
+		cli.Flags("Database", "db"),
+		cli.Flags("Idempotency", "mode", "lease", "retention", "in-flight-wait", "reconcile-interval", "purge-interval", "handler-delay"),
+	},
+}
 
 func main() {
 	if err := run(os.Args[1:]); err != nil {
@@ -52,24 +61,37 @@ func main() {
 	}
 }
 
-func run(args []string) error {
+// options are the server's flags.
+type options struct {
+	addr, dbURL, modeName                                          string
+	lease, retention, inFlightWait, reconcile, purge, handlerDelay time.Duration
+}
+
+// newFlagSet returns the server's flags, bound to o.
+func newFlagSet(o *options) *flag.FlagSet {
 	fs := flag.NewFlagSet("grpcserver", flag.ContinueOnError)
-	addr := fs.String("addr", "127.0.0.1:9090", "listen address")
-	dbURL := fs.String("db", "sqlite://orders.db", dburl.Usage)
-	modeName := fs.String("mode", "claim-first", "recording mode: claim-first or single-phase")
-	lease := fs.Duration("lease", 30*time.Second, "how long a PROCESSING claim is held")
-	retention := fs.Duration("retention", 24*time.Hour, "how long a finished key is remembered")
-	inFlightWait := fs.Duration("in-flight-wait", 0, "how long a duplicate waits for the original to finish")
-	reconcile := fs.Duration("reconcile-interval", 5*time.Second, "how often abandoned claims are settled (0 = off)")
-	purge := fs.Duration("purge-interval", time.Minute, "how often expired records are deleted (0 = off)")
-	handlerDelay := fs.Duration("handler-delay", 0, "artificial delay inside the create transaction")
-	if err := fs.Parse(args); err != nil {
+	fs.StringVar(&o.addr, "addr", "127.0.0.1:9090", "listen `HOST:PORT`")
+	fs.StringVar(&o.dbURL, "db", "sqlite://orders.db", dburl.Usage)
+	fs.StringVar(&o.modeName, "mode", "claim-first", "recording `MODE`: claim-first or single-phase")
+	fs.DurationVar(&o.lease, "lease", 30*time.Second, "how long a PROCESSING claim is held")
+	fs.DurationVar(&o.retention, "retention", 24*time.Hour, "how long a finished key is remembered")
+	fs.DurationVar(&o.inFlightWait, "in-flight-wait", 0, "how long a duplicate waits for the original to finish")
+	fs.DurationVar(&o.reconcile, "reconcile-interval", 5*time.Second, "how often abandoned claims are settled (0 = off)")
+	fs.DurationVar(&o.purge, "purge-interval", time.Minute, "how often expired records are deleted (0 = off)")
+	fs.DurationVar(&o.handlerDelay, "handler-delay", 0, "artificial delay inside the create transaction")
+	help.Install(fs)
+	return fs
+}
+
+func run(args []string) error {
+	var o options
+	if err := newFlagSet(&o).Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
 		return err
 	}
-	mode, err := idempotency.ParseMode(*modeName)
+	mode, err := idempotency.ParseMode(o.modeName)
 	if err != nil {
 		return fmt.Errorf("-mode: %w", err)
 	}
@@ -77,7 +99,14 @@ func run(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	db, store, dialect, err := dburl.Open(ctx, *dbURL)
+	// Listening first: a port that is taken is said at once, naming -addr,
+	// before the database is opened and migrated.
+	lis, err := cli.Listen("addr", o.addr)
+	if err != nil {
+		return err
+	}
+	defer lis.Close()
+	db, store, dialect, err := dburl.Open(ctx, o.dbURL)
 	if err != nil {
 		return err
 	}
@@ -86,28 +115,24 @@ func run(args []string) error {
 		return fmt.Errorf("setup %s: %w", dialect, err)
 	}
 	svc, err := orderservice.New(db, orderservice.Options{
-		Idempotency: true, Store: store, Dialect: dialect, HandlerDelay: *handlerDelay,
-		Config: idempotency.Config{Mode: mode, Lease: *lease, Retention: *retention, InFlightWait: *inFlightWait, Logger: log},
+		Idempotency: true, Store: store, Dialect: dialect, HandlerDelay: o.handlerDelay,
+		Config: idempotency.Config{Mode: mode, Lease: o.lease, Retention: o.retention, InFlightWait: o.inFlightWait, Logger: log},
 	})
 	if err != nil {
 		return err
 	}
 	go orderservice.Maintenance{
-		Store: store, Reconciler: orderservice.Reconciler(store, svc, *reconcile, *retention, log, nil),
-		PurgeInterval: *purge, Logger: log,
+		Store: store, Reconciler: orderservice.Reconciler(store, svc, o.reconcile, o.retention, log, nil),
+		PurgeInterval: o.purge, Logger: log,
 	}.Run(ctx)
 
 	srv, err := ordergrpc.New(svc)
 	if err != nil {
 		return err
 	}
-	lis, err := net.Listen("tcp", *addr)
-	if err != nil {
-		return err
-	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(lis) }()
-	log.Info("listening", "addr", lis.Addr().String(), "db", dialect, "mode", *modeName)
+	log.Info("listening", "addr", lis.Addr().String(), "db", dialect, "mode", o.modeName)
 	select {
 	case err := <-errc:
 		return err

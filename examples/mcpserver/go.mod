@@ -17,6 +17,7 @@ require (
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/mattn/go-isatty v0.0.24 // indirect
 	github.com/ncruces/go-strftime v1.1.0 // indirect
+	github.com/orderguard/idempotency/examples/internal/cli v0.0.0
 	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
 	github.com/segmentio/asm v1.1.3 // indirect
 	github.com/segmentio/encoding v0.5.4 // indirect
@@ -34,3 +35,5 @@ require (
 replace github.com/orderguard/idempotency => ../..
 
 replace github.com/orderguard/idempotency/sqlite => ../../sqlite
+
+replace github.com/orderguard/idempotency/examples/internal/cli => ../internal/cli

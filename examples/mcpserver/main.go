@@ -62,10 +62,10 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -75,6 +75,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/orderguard/idempotency/client"
+
+	"github.com/orderguard/idempotency/examples/internal/cli"
 )
 
 func main() {
@@ -90,6 +92,20 @@ func main() {
 	}
 }
 
+// help is what -h prints: what the tool server needs running, and its flags.
+var help = cli.Help{
+	Usage: "go run ./examples/mcpserver [flags]",
+	About: "An MCP tool server (stdio by default) whose create_order, get_order and cancel_order tools call the order API " +
+		"with one Idempotency-Key per tool call, reused on every retry.",
+	Needs: "the order API at -api (go run ./examples/server, in another terminal). " +
+		"The tool server starts without it; its tool calls fail until the API answers.",
+	Examples: []string{"go run ./examples/mcpserver -api http://127.0.0.1:8080", "go run ./examples/mcpserver -print-tool create_order"},
+	Groups: []cli.Group{
+		cli.Flags("Order API", "api", "timeout", "max-elapsed"),
+		cli.Flags("MCP", "http", "print-tool"),
+	},
+}
+
 // run parses args and serves until the client leaves (stdio) or ctx is done;
 // a done ctx is a requested shutdown and returns nil.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -100,7 +116,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	timeout := fs.Duration("timeout", 5*time.Second, "bound on one HTTP attempt")
 	maxElapsed := fs.Duration("max-elapsed", 20*time.Second, "retry budget of one tool call (the key stays the same)")
 	printTool := fs.String("print-tool", "", "print the named tool's definition as JSON and exit")
+	help.Install(fs)
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil // the help is printed
+		}
 		return err
 	}
 	hc := &client.Client{
@@ -123,7 +143,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *httpAddr == "" {
 		return serveStdio(ctx, srv, &mcp.StdioTransport{})
 	}
-	ln, err := net.Listen("tcp", *httpAddr)
+	ln, err := cli.Listen("http", *httpAddr)
 	if err != nil {
 		return err
 	}

@@ -49,6 +49,7 @@ require (
 	github.com/modelcontextprotocol/go-sdk v1.8.0
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/ncruces/go-strftime v1.1.0 // indirect
+	github.com/orderguard/idempotency/examples/internal/cli v0.0.0
 	github.com/orderguard/idempotency/payment/standard v0.0.0
 	github.com/orderguard/idempotency/payment/stripe v0.0.0
 	github.com/orderguard/idempotency/redis v0.0.0
@@ -84,3 +85,5 @@ replace github.com/orderguard/idempotency/redis => ../../redis
 replace github.com/orderguard/idempotency/payment/stripe => ../../payment/stripe
 
 replace github.com/orderguard/idempotency/payment/standard => ../../payment/standard
+
+replace github.com/orderguard/idempotency/examples/internal/cli => ../internal/cli

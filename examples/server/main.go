@@ -4,46 +4,12 @@
 //	go run ./examples/server -db 'mysql://root@tcp(127.0.0.1:3306)/test'
 //	go run ./examples/server -db 'postgres://postgres@127.0.0.1:5432/test?sslmode=disable'
 //
-// Flags:
-//
-//	-addr HOST:PORT        listen address (default 127.0.0.1:8080)
-//	-db URL                sqlite://PATH, mysql://DSN or postgres://… (a pgx
-//	                       connection string) (default sqlite://orders.db)
-//	-mode M                claim-first (default) or single-phase
-//	-lease D               how long a PROCESSING claim is held (default 30s)
-//	-retention D           how long a finished key is remembered, also when the
-//	                       reconciler finishes it (default 24h)
-//	-in-flight-wait D      how long a duplicate waits for the original (default 0)
-//	-reconcile-interval D  how often abandoned claims are settled (default 5s; 0 = off)
-//	-purge-interval D      how often expired records are deleted (default 1m; 0 = off)
-//	-handler-delay D       artificial delay inside the create transaction (default 0)
-//	-idempotency=false     the same handlers without the middleware (baseline)
-//	-redis ADDR            the Redis pre-filter (idemredis) on ADDR, e.g.
-//	                       127.0.0.1:6379: instances naming one Redis replay
-//	                       each other's answers without the database (default
-//	                       off)
-//	-redis-timeout D       bound on one Redis call (default 50ms)
-//	-redis-prefix P        start of every Redis key written (default orders:)
-//
-// Payment callbacks, each route served only when its flags are given (and
-// refused with -idempotency=false):
-//
-//	-stripe-webhook-secret S  Stripe's endpoint signing secret, whsec_…
-//	                          (comma-separated while one is rolled):
-//	                          POST /webhooks/stripe
-//	-webhook-secret S         Standard Webhooks signing secret, whsec_…
-//	                          (comma-separated): POST /webhooks/standard
-//	-alipay-public-key FILE   Alipay's public key (PEM): POST /webhooks/alipay
-//	-wechatpay-public-key FILE, -wechatpay-serial SERIAL, -wechatpay-apiv3-key KEY
-//	                          WeChat Pay's public key (PEM), its serial
-//	                          (PUB_KEY_ID_…) and the merchant's APIv3 key,
-//	                          all three: POST /webhooks/wechatpay
-//
-// Each verifies the provider's signature over the raw body, applies the
-// event to the order once per event id, and answers as the provider
-// expects (Stripe 200, Standard Webhooks and WeChat Pay 204, Alipay
-// "success"); GET /orders/{order_no} shows the outcome (status,
-// refunded_cents).
+// Its flags, grouped, and what it needs running: go run ./examples/server -h.
+// Payment callback routes are served only when their flags are given; each
+// verifies the provider's signature over the raw body, applies the event to
+// the order once per event id, and answers as the provider expects (Stripe
+// 200, Standard Webhooks and WeChat Pay 204, Alipay "success"); GET
+// /orders/{order_no} shows the outcome (status, refunded_cents).
 //
 // GET /metrics serves the Prometheus metrics of package metrics, and
 // GET /openapi.yaml the API's OpenAPI 3.1 description (docs/openapi.yaml).
@@ -58,6 +24,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -72,6 +39,7 @@ import (
 
 	"github.com/orderguard/idempotency"
 	"github.com/orderguard/idempotency/docs"
+	"github.com/orderguard/idempotency/examples/internal/cli"
 	"github.com/orderguard/idempotency/examples/internal/dburl"
 	"github.com/orderguard/idempotency/examples/orderservice"
 	"github.com/orderguard/idempotency/metrics"
@@ -79,6 +47,9 @@ import (
 
 func main() {
 	if err := run(os.Args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return // -h: the help is printed
+		}
 		fmt.Fprintln(os.Stderr, "server:", err)
 		os.Exit(1)
 	}
@@ -102,12 +73,22 @@ type flags struct {
 	webhooks          webhookFlags
 }
 
-func parseFlags(args []string) (flags, error) {
+func parseFlags(args []string) (flags, error) { return parseFlagsTo(os.Stderr, args) }
+
+// parseFlagsTo parses args; -h prints the help to out.
+func parseFlagsTo(out io.Writer, args []string) (flags, error) {
 	var f flags
+	fs := newFlagSet(out, &f)
+	return f, fs.Parse(args)
+}
+
+// newFlagSet returns the server's flags, bound to f, printing to out.
+func newFlagSet(out io.Writer, f *flags) *flag.FlagSet {
 	fs := flag.NewFlagSet("server", flag.ContinueOnError)
-	fs.StringVar(&f.addr, "addr", "127.0.0.1:8080", "listen address")
+	fs.SetOutput(out)
+	fs.StringVar(&f.addr, "addr", "127.0.0.1:8080", "listen `HOST:PORT`")
 	fs.StringVar(&f.db, "db", "sqlite://orders.db", dburl.Usage)
-	fs.StringVar(&f.mode, "mode", "claim-first", "recording mode: claim-first or single-phase")
+	fs.StringVar(&f.mode, "mode", "claim-first", "recording `MODE`: claim-first or single-phase")
 	fs.DurationVar(&f.reconcileInterval, "reconcile-interval", 5*time.Second, "how often abandoned claims are settled (0 = off)")
 	fs.DurationVar(&f.purgeInterval, "purge-interval", time.Minute, "how often expired records are deleted (0 = off)")
 	fs.DurationVar(&f.lease, "lease", 30*time.Second, "how long a PROCESSING claim is held")
@@ -120,7 +101,34 @@ func parseFlags(args []string) (flags, error) {
 	fs.StringVar(&f.redisPrefix, "redis-prefix", "orders:", "start of every Redis key written, so that services (or runs) sharing one Redis stay apart")
 	fs.DurationVar(&f.redisTimeout, "redis-timeout", defaultRedisTimeout, "bound on one Redis call; a slower call is a miss and the request goes to the database")
 	f.webhooks.register(fs)
-	return f, fs.Parse(args)
+	help.Install(fs)
+	return fs
+}
+
+// help is what -h prints: what the server needs running, and every flag in
+// its group (TestHelp_GroupsEveryFlag keeps it so).
+var help = cli.Help{
+	Usage: "go run ./examples/server [flags]",
+	About: "The example order API (POST /orders, GET /orders/{order_no}, POST /orders/{order_no}/cancel, " +
+		"POST /orders/{order_no}/pay) with idempotent order creation, its metrics at /metrics and its " +
+		"OpenAPI description at /openapi.yaml.",
+	Needs: "nothing: by default the orders are kept in the embedded SQLite file orders.db. " +
+		"MariaDB/MySQL or PostgreSQL only when -db names one; Redis only with -redis.",
+	Examples: []string{
+		"go run ./examples/server",
+		"go run ./examples/server -db 'mysql://root@tcp(127.0.0.1:3306)/test'",
+		"go run ./examples/server -db 'postgres://postgres@127.0.0.1:5432/test?sslmode=disable' -mode single-phase",
+	},
+	Groups: []cli.Group{
+		cli.Flags("Server", "addr"),
+		cli.Flags("Database", "db", "migrate"),
+		cli.Flags("Idempotency", "mode", "lease", "retention", "in-flight-wait", "reconcile-interval", "purge-interval", "idempotency", "handler-delay"),
+		cli.Flags("Redis pre-filter (optional)", "redis", "redis-timeout", "redis-prefix"),
+		cli.Flags("Payment callbacks (each route served only when its flags are given)",
+			"stripe-webhook-secret", "webhook-secret",
+			"alipay-public-key", "alipay-app-id", "alipay-seller-id",
+			"wechatpay-public-key", "wechatpay-serial", "wechatpay-apiv3-key"),
+	},
 }
 
 func run(args []string) error {
@@ -147,6 +155,13 @@ func run(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
+	// Listening first: a port that is taken is said at once, naming -addr,
+	// before the database is opened and migrated.
+	ln, err := cli.Listen("addr", f.addr)
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
 	db, store, dialect, err := dburl.Open(ctx, f.db)
 	if err != nil {
 		return err
@@ -211,14 +226,14 @@ func run(args []string) error {
 	if err := mountWebhooks(mux, svc, hooks, log); err != nil {
 		return err
 	}
-	srv := &http.Server{Addr: f.addr, Handler: crashBeforeResponse(point, mux), ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: crashBeforeResponse(point, mux), ReadHeaderTimeout: 5 * time.Second}
 	errc := make(chan error, 1)
-	go func() { errc <- srv.ListenAndServe() }()
+	go func() { errc <- srv.Serve(ln) }()
 	var webhooks []string
 	for _, h := range hooks {
 		webhooks = append(webhooks, h.pattern)
 	}
-	log.Info("listening", "addr", f.addr, "db", dialect, "idempotency", f.idempotency, "mode", f.mode, "redis", f.redis, "webhooks", webhooks)
+	log.Info("listening", "addr", ln.Addr().String(), "db", dialect, "idempotency", f.idempotency, "mode", f.mode, "redis", f.redis, "webhooks", webhooks)
 	select {
 	case err := <-errc:
 		return err

@@ -19,6 +19,7 @@ require (
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
 	github.com/mattn/go-isatty v0.0.24 // indirect
 	github.com/ncruces/go-strftime v1.1.0 // indirect
+	github.com/orderguard/idempotency/examples/internal/cli v0.0.0
 	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
 	golang.org/x/sync v0.24.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
@@ -34,3 +35,5 @@ replace (
 	github.com/orderguard/idempotency/postgres => ../../../postgres
 	github.com/orderguard/idempotency/sqlite => ../../../sqlite
 )
+
+replace github.com/orderguard/idempotency/examples/internal/cli => ../cli
