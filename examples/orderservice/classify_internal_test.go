@@ -34,6 +34,7 @@ func TestServerProblem_TransientIs503StoreUnavailableRetryAfter1_OtherIs500(t *t
 		{"duplicate key", &mysql.MySQLError{Number: 1062}, false},
 		{"canceled (the handler's lease budget ran out)", context.Canceled, true},
 		{"plain", errors.New("boom"), false},
+		{"driver text", &mysql.MySQLError{Number: 1146, Message: "Table 'shop.purchase_order' doesn't exist"}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := httptest.NewRecorder()
@@ -47,6 +48,7 @@ func TestServerProblem_TransientIs503StoreUnavailableRetryAfter1_OtherIs500(t *t
 				require.Equal(t, http.StatusInternalServerError, w.Code)
 				require.Empty(t, w.Header().Get("Retry-After"))
 				require.Contains(t, w.Body.String(), idempotency.ProblemTypePrefix+idempotency.ProblemExecutionFailed)
+				require.NotContains(t, w.Body.String(), tc.err.Error(), "a 500 never answers the error's own text")
 			}
 		})
 	}

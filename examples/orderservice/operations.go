@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"regexp"
 	"time"
@@ -351,6 +352,8 @@ func failure(err error) Reply {
 
 // serverProblem classifies err: 503 store-unavailable with Retry-After and
 // transientDetail when idempotency.IsTransient, else 500 execution-failed.
+// The answer never carries err's text (a driver's message names tables,
+// statements and servers); the log does.
 func serverProblem(err error, transientDetail string) *idempotency.Problem {
 	if idempotency.IsTransient(err) {
 		p := idempotency.NewProblem(http.StatusServiceUnavailable, idempotency.ProblemStoreUnavailable,
@@ -358,8 +361,15 @@ func serverProblem(err error, transientDetail string) *idempotency.Problem {
 		p.RetryAfter = 1
 		return p
 	}
+	return unexpected(err)
+}
+
+// unexpected is 500 execution-failed for err, which is logged, not
+// answered.
+func unexpected(err error) *idempotency.Problem {
+	slog.Error("orderservice: internal error", "err", err)
 	return idempotency.NewProblem(http.StatusInternalServerError,
-		idempotency.ProblemExecutionFailed, "Internal error", err.Error())
+		idempotency.ProblemExecutionFailed, "Internal error", "The server failed to process the request; the error is in its log.")
 }
 
 // commitFailure answers a failed COMMIT of the unprotected baseline. Unlike
@@ -373,8 +383,7 @@ func commitFailure(err error) *idempotency.Problem {
 		p.RetryAfter = 1
 		return p
 	}
-	return idempotency.NewProblem(http.StatusInternalServerError,
-		idempotency.ProblemExecutionFailed, "Internal error", "commit: "+err.Error())
+	return unexpected(fmt.Errorf("commit: %w", err))
 }
 
 func notFound() *idempotency.Problem {
