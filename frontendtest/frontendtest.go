@@ -14,6 +14,18 @@
 // answer, a changed request refused and never executed, only the
 // contract's answers on the way (in progress and infrastructure faults say
 // when to retry), and bad input refused before anything is written.
+//
+// A front-end of payment providers' events (payment.Webhook, as
+// orderservice.Service.PaymentWebhook serves it; a queue consumer of the
+// events an event bridge forwards) passes ExercisePayments too, with a
+// PaymentBuild and its provider's client (WeChatPay plays WeChat Pay v3
+// over HTTP): one application per event id however many deliveries
+// arrive, an id reused with another payload never applied but recorded
+// as an anomaly and acknowledged, an event that cannot apply recorded and
+// acknowledged, infrastructure faults answered so that the provider
+// delivers again, and a callback that is not the provider's (forged,
+// tampered, unsigned, stale, malformed, oversized) refused before anything
+// is written.
 package frontendtest
 
 import (

@@ -150,7 +150,7 @@ func (h *Webhook) answer(w http.ResponseWriter, ctx context.Context, obs *Observ
 	case p != nil && p.Kind() == idempotency.ProblemKeyReused:
 		// The same event id with another payload: never applied, but
 		// recorded, and acknowledged, since no retry can fix it.
-		if err := h.recordPayloadMismatch(ctx, obs.Event); err != nil {
+		if err := RecordPayloadMismatch(ctx, h.cfg.DB, h.cfg.Orders, obs.Event); err != nil {
 			h.refuse(w, obs, http.StatusServiceUnavailable, err)
 			return
 		}
@@ -180,16 +180,24 @@ func (h *Webhook) answer(w http.ResponseWriter, ctx context.Context, obs *Observ
 	}
 }
 
-// recordPayloadMismatch records the event that reused an id with another
-// payload as an anomaly, in a transaction of its own, and never applies
-// it: the first delivery's payload is the event's, whatever became of it.
-func (h *Webhook) recordPayloadMismatch(ctx context.Context, ev Event) error {
-	tx, err := h.cfg.DB.BeginTx(ctx, nil)
+// RecordPayloadMismatch records ev, a verified event whose id the protocol
+// refused as reused with another payload (idempotency.ProblemKeyReused),
+// as an anomaly of reason idempotency.AnomalyPayloadMismatch, in a
+// transaction of its own on db, and never applies it: the first delivery's
+// payload is the event's, whatever became of it. A retry cannot fix it,
+// so every path an event arrives by answers it as handled once this
+// returns nil (the webhook acknowledges it, a queue consumer acks its
+// message); recording the same payload again is a no-op, so it is
+// recorded once however many times, and by however many paths, it
+// arrives. An error is the database's: the delivery is refused for the
+// provider (or the broker) to deliver it again.
+func RecordPayloadMismatch(ctx context.Context, db *sql.DB, orders idempotency.Orders, ev Event) error {
+	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = tx.Rollback() }()
-	if err := h.cfg.Orders.RecordPayloadMismatch(ctx, tx, storeEvent(ev)); err != nil {
+	if err := orders.RecordPayloadMismatch(ctx, tx, storeEvent(ev)); err != nil {
 		return err
 	}
 	return tx.Commit()

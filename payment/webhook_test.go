@@ -73,11 +73,17 @@ func notify(t *testing.T, params map[string]string) []byte {
 	return []byte(form.Encode())
 }
 
+// The merchant the webhook serves: its app and its seller (PID).
+const (
+	testAppID    = "2021000117650001"
+	testSellerID = "2088102119685838"
+)
+
 // paid is the notification that order orderNo was paid yuan.
 func paid(notifyID, orderNo, yuan string) map[string]string {
 	return map[string]string{
 		"notify_id": notifyID, "notify_time": "2026-12-04 10:00:00", "notify_type": "trade_status_sync",
-		"app_id": "2021000117650001", "charset": "utf-8", "version": "1.0",
+		"app_id": testAppID, "seller_id": testSellerID, "charset": "utf-8", "version": "1.0",
 		"trade_no": "T-" + orderNo, "out_trade_no": orderNo, "trade_status": "TRADE_SUCCESS", "total_amount": yuan,
 	}
 }
@@ -98,7 +104,7 @@ func setupWebhook(t *testing.T, store idempotency.Store) *webhookBundle {
 	}
 	mw, err := idempotency.New(store, &idempotency.Config{Route: "alipay_events"})
 	require.NoError(t, err)
-	v, err := alipay.New(alipay.Config{PublicKey: &testKey(t).PublicKey})
+	v, err := alipay.New(alipay.Config{PublicKey: &testKey(t).PublicKey, AppID: testAppID, SellerID: testSellerID})
 	require.NoError(t, err)
 	b := &webhookBundle{db: db}
 	h, err := payment.NewWebhook(payment.Config{Verifier: v, Middleware: mw, Orders: idempotency.MySQLOrders, DB: db,
@@ -301,4 +307,38 @@ func TestWebhook_SameIDAnotherPayload_AfterAnEventNotHeld_NeverApplied(t *testin
 	require.Equal(t, 1, b.count(t, "SELECT COUNT(*) FROM payment_anomaly WHERE event_id = 'N-9' AND reason = ?",
 		string(idempotency.AnomalyPayloadMismatch)))
 	require.Zero(t, b.count(t, "SELECT COUNT(*) FROM order_payment"))
+}
+
+// A notification Alipay signed for another app, or for another seller's
+// trade, verifies with Alipay's key but is not this merchant's: refused as
+// a bad notification ("fail", observed as unverified so that it is
+// counted), nothing written, whatever it claims.
+func TestWebhook_NotificationOfAnotherMerchant_RefusedAndNothingWritten(t *testing.T) {
+	t.Parallel()
+	b := setupWebhook(t, nil)
+	b.order(t, "O-10", 500)
+	for name, change := range map[string]map[string]string{
+		"another app":    {"app_id": "2021000117659999"},
+		"another seller": {"seller_id": "2088102119689999"},
+	} {
+		params := paid("N-10-"+strings.ReplaceAll(name, " ", "-"), "O-10", "5.00")
+		for k, v := range change {
+			params[k] = v
+		}
+		status, answer := b.deliver(t, notify(t, params))
+		require.Equal(t, http.StatusBadRequest, status, name)
+		require.Equal(t, "fail", answer, name)
+	}
+	require.Len(t, b.seen, 2)
+	require.ErrorIs(t, b.seen[0].Refused, payment.ErrSignature)
+	require.ErrorIs(t, b.seen[1].Refused, payment.ErrSignature)
+	require.Zero(t, b.count(t, "SELECT COUNT(*) FROM idempotency_record"))
+	require.Zero(t, b.count(t, "SELECT COUNT(*) FROM payment_event"))
+	require.Zero(t, b.count(t, "SELECT COUNT(*) FROM payment_anomaly"))
+	require.Equal(t, idempotency.OrderCreated, b.status(t, "O-10"))
+
+	status, answer := b.deliver(t, notify(t, paid("N-10", "O-10", "5.00")))
+	require.Equal(t, http.StatusOK, status, "this merchant's notification is applied")
+	require.Equal(t, "success", answer)
+	require.Equal(t, idempotency.OrderPaid, b.status(t, "O-10"))
 }

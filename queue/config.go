@@ -80,6 +80,19 @@ type Config struct {
 	// error is invalid-body) and nothing is written. Defaults to none.
 	Validate func(m *Message) error
 
+	// KeyReusedFunc, when set, takes a message whose key the protocol
+	// refused as reused with another payload (idempotency.ProblemKeyReused)
+	// instead of dead-lettering it: for actions whose sender no refusal
+	// can correct, such as a payment provider's event id arriving again
+	// with another payload, which is recorded as an anomaly and done. It
+	// returns the answer the message is settled by, decided as any other
+	// answer (a 2xx acks the message, and is its reply); an error is a
+	// fault of the infrastructure, and the message is delivered again
+	// after RetryDelay. It runs outside the protocol, after the refusal,
+	// and may run again for a redelivery of the message: make it
+	// idempotent. Defaults to none: dead-lettered as key-reused.
+	KeyReusedFunc func(ctx context.Context, m *Message, refused idempotency.Answer) (idempotency.Answer, error)
+
 	// MaxDeliveries dead-letters a message whose handler failed on its
 	// MaxDeliveries-th delivery. Deliveries that met a key in progress or
 	// a fault of the infrastructure count too, but never dead-letter a

@@ -127,8 +127,25 @@ func (p *Processor) Process(ctx context.Context, ds []Delivery) {
 		}
 	}
 	for i, d := range ds {
-		p.settle(ctx, d, p.decide(d.Message(), answers[i]))
+		m, ans := d.Message(), answers[i]
+		if p.cfg.KeyReusedFunc != nil && ans.Problem != nil && ans.Problem.Kind() == idempotency.ProblemKeyReused {
+			p.settle(ctx, d, p.keyReused(ctx, m, ans))
+			continue
+		}
+		p.settle(ctx, d, p.decide(m, ans))
 	}
+}
+
+// keyReused decides for a message refused as its key reused with another
+// payload, by Config.KeyReusedFunc's answer: a fault of its is the
+// infrastructure's, a Nak after RetryDelay.
+func (p *Processor) keyReused(ctx context.Context, m *Message, refused idempotency.Answer) Settlement {
+	ans, err := p.cfg.KeyReusedFunc(ctx, m, refused)
+	if err != nil {
+		p.cfg.Logger.Warn("queue: a message whose key was reused was not taken; delivering it again", "source", m.Source, "err", err)
+		return Settlement{Message: m, Answer: refused, Decision: Nak, Delay: p.cfg.RetryDelay}
+	}
+	return p.decide(m, ans)
 }
 
 // run is a message's action as the protocol runs it: the handler in the

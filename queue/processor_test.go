@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -280,4 +281,47 @@ func fingerprintOf(t *testing.T, b *testBundle, key, body string) string {
 	fp, err := idempotency.NewJSONFingerprint(b.cfg.Fingerprint)("POST", "/orders", []byte(body))
 	require.NoError(t, err)
 	return fp
+}
+
+// With KeyReusedFunc, a reused key's message is the function's: its answer
+// settles the message (a 2xx acks it, and is its reply), in a batch too;
+// its error is a fault to retry, never a dead letter. The changed payload
+// never runs either way.
+func TestTheSameKeyWithAnotherPayload_WithKeyReusedFunc_IsSettledByItsAnswer(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var taken []string
+	fail := errors.New("the database is down")
+	failing := true
+	b := setup(t, idempotency.Config{}, func(c *queue.Config) {
+		c.KeyReusedFunc = func(ctx context.Context, m *queue.Message, refused idempotency.Answer) (idempotency.Answer, error) {
+			require.Equal(t, idempotency.ProblemKeyReused, refused.Problem.Kind())
+			mu.Lock()
+			defer mu.Unlock()
+			if failing {
+				failing = false
+				return idempotency.Answer{}, fail
+			}
+			taken = append(taken, m.ID)
+			return idempotency.Answer{Status: http.StatusOK, Header: map[string][]string{"Content-Type": {"application/json"}},
+				Body: []byte(`{"anomaly":"payload-mismatch"}`)}, nil
+		}
+	})
+	b.process(msg("k1", order, 1))
+	changed := msg("k1", `{"sku_id":20001,"quantity":3}`, 1)
+	changed.m.ID, changed.m.ReplyTo = "msg-2", "inbox.2"
+	b.process(changed)
+	require.Equal(t, []string{"nak 250ms"}, changed.settled(), "its fault is the infrastructure's: delivered again")
+	require.Empty(t, changed.replies, "no reply before the message is done")
+
+	again := changed.redeliver()
+	b.process(again, msg("k2", order, 1)) // in a batch, beside a message that runs
+	require.Equal(t, []string{"ack"}, again.settled())
+	require.Len(t, again.replies, 1)
+	require.Equal(t, http.StatusOK, again.replies[0].Status)
+	require.JSONEq(t, `{"anomaly":"payload-mismatch"}`, string(again.replies[0].Body))
+	require.Equal(t, []string{"msg-2"}, taken)
+	require.Equal(t, 1, b.runCount("k1"), "the changed payload never ran")
+	require.Equal(t, 1, b.effects(t, "k1"))
+	require.Equal(t, 1, b.runCount("k2"))
 }

@@ -28,6 +28,7 @@ require (
 	github.com/nats-io/nkeys v0.4.16 // indirect
 	github.com/nats-io/nuid v1.0.1 // indirect
 	github.com/ncruces/go-strftime v1.1.0 // indirect
+	github.com/orderguard/idempotency/examples/internal/cli v0.0.0
 	github.com/orderguard/idempotency/sqlite v0.0.0 // indirect
 	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
 	github.com/standard-webhooks/standard-webhooks/libraries v1.3.0 // indirect
@@ -51,3 +52,5 @@ replace (
 	github.com/orderguard/idempotency/postgres => ../../postgres
 	github.com/orderguard/idempotency/sqlite => ../../sqlite
 )
+
+replace github.com/orderguard/idempotency/examples/internal/cli => ../internal/cli

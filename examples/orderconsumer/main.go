@@ -37,7 +37,9 @@
 // is applied once, whichever comes first. A forged, stale (webhook-timestamp
 // further than -webhook-tolerance from now) or malformed event is
 // dead-lettered (reason signature-not-verified, timestamp-outside-tolerance,
-// malformed-event) with nothing written:
+// malformed-event) with nothing written; an event id that arrives again
+// with another payload is never applied, recorded as a payload-mismatch
+// anomaly (idemctl anomalies) and acked, as the webhook acknowledges it:
 //
 //	go run ./examples/orderconsumer -action payment_events -webhook-secret whsec_… \
 //	  -broker nats://127.0.0.1:4222 -db 'mysql://root@tcp(127.0.0.1:3306)/test'

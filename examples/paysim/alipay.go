@@ -25,18 +25,33 @@ import (
 // public half the merchant holds as Alipay's public key; sign is standard
 // base64.
 
-// alipayAppID is the app the simulated notifications are for.
-const alipayAppID = "2021000000000001"
+// alipayKey is what Alipay signs with (the private half of the server's
+// -alipay-public-key) and the merchant its notifications are for: the
+// app (the server's -alipay-app-id) and the seller (-alipay-seller-id).
+type alipayKey struct {
+	private         *rsa.PrivateKey
+	appID, sellerID string
+}
 
-// alipayBody is a notification of trade_status_sync, unsigned: a payment's
-// TRADE_SUCCESS, or a refund's, which Alipay tells with refund_fee, the
-// trade's refunded amount so far.
-func alipayBody(ev event) []byte {
+// The app and the seller the simulated notifications are for, by default.
+const (
+	defaultAlipayAppID    = "2021000000000001"
+	defaultAlipaySellerID = "2088000000000001"
+)
+
+// alipayBody is a notification of trade_status_sync for key's merchant,
+// unsigned: a payment's TRADE_SUCCESS, or a refund's, which Alipay tells
+// with refund_fee, the trade's refunded amount so far.
+func alipayBody(key alipayKey, ev event) []byte {
 	v := url.Values{}
 	v.Set("notify_time", ev.At.In(chinaTime).Format(time.DateTime))
 	v.Set("notify_type", "trade_status_sync")
 	v.Set("notify_id", ev.ID)
-	v.Set("app_id", alipayAppID)
+	v.Set("app_id", key.appID)
+	v.Set("auth_app_id", key.appID)
+	if key.sellerID != "" {
+		v.Set("seller_id", key.sellerID)
+	}
 	v.Set("charset", "utf-8")
 	v.Set("version", "1.0")
 	v.Set("trade_no", ev.PaymentID)
@@ -62,7 +77,7 @@ func alipaySign(key any, _ event, body []byte, _ time.Time) (http.Header, []byte
 	if err != nil {
 		return nil, nil, err
 	}
-	sign, err := alipaySignature(key.(*rsa.PrivateKey), v)
+	sign, err := alipaySignature(key.(alipayKey).private, v)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -105,9 +120,10 @@ func alipayAcked(status int, body []byte) bool {
 	return status == http.StatusOK && strings.TrimSpace(string(body)) == "success"
 }
 
-// readAlipayKey reads the private key whose public half the server holds
-// as Alipay's public key: PEM, PKCS #8 or PKCS #1.
-func readAlipayKey(path string) (*rsa.PrivateKey, error) {
+// readRSAKey reads the private key whose public half the server holds as
+// the provider's public key (Alipay's, WeChat Pay's): PEM, PKCS #8 or
+// PKCS #1.
+func readRSAKey(path string) (*rsa.PrivateKey, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err

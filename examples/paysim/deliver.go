@@ -77,6 +77,8 @@ func (r *runner) forge(ctx context.Context, pv *provider, ev event, kind forgery
 		}
 	case forgeStale:
 		h, body, err = pv.sign(ev, body, now.Add(-10*time.Minute))
+	case forgeForeign:
+		h, body, err = pv.sign(ev, pv.foreign(ev), now)
 	}
 	if err != nil {
 		return

@@ -21,6 +21,7 @@ require (
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
 	github.com/mattn/go-isatty v0.0.24 // indirect
 	github.com/ncruces/go-strftime v1.1.0 // indirect
+	github.com/orderguard/idempotency/examples/internal/cli v0.0.0
 	github.com/orderguard/idempotency/postgres v0.0.0 // indirect
 	github.com/orderguard/idempotency/sqlite v0.0.0 // indirect
 	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
@@ -45,3 +46,5 @@ replace github.com/orderguard/idempotency/payment/stripe => ../../payment/stripe
 replace github.com/orderguard/idempotency/postgres => ../../postgres
 
 replace github.com/orderguard/idempotency/sqlite => ../../sqlite
+
+replace github.com/orderguard/idempotency/examples/internal/cli => ../internal/cli

@@ -2,17 +2,19 @@
 // as the providers do, and counts what the callbacks did.
 //
 // It creates orders through the API (POST /orders), then for each order
-// plays its provider (Standard Webhooks, Stripe and Alipay, round robin):
+// plays its provider (Standard Webhooks, Stripe, Alipay and WeChat Pay v3,
+// round robin):
 // the signed success, refunds (some delivered before their success),
 // duplicates (some at the same moment, some later), the provider's retry
 // schedule compressed in time (a delivery that is not acknowledged, or whose
 // answer is lost on the way back, is delivered again after 10ms, 20ms, 40ms,
 // … up to -tries times), the user's cancel racing the success, and forged
-// and stale callbacks claiming a full refund, which must be refused. It then
-// reads every order back (GET /orders/{no}) and counts from the server's
-// database (audit.go): double applications and forgeries accepted must both
-// be 0, and every order must be in the state its acknowledged events make
-// it.
+// and stale callbacks claiming a full refund (for Alipay, which signs no
+// time, notifications Alipay signed for another app), which must be
+// refused. It then reads every order back (GET /orders/{no}) and counts
+// from the server's database (audit.go): double applications and
+// forgeries accepted must both be 0, and every order must be in the state
+// its acknowledged events make it.
 //
 // With -naive it also runs, side by side, the usual deduplicating handler
 // (naive.go: look up processed_events, apply, insert processed_events, in
@@ -22,7 +24,9 @@
 //	go run ./examples/paysim                  # in-process service on SQLite in a temp dir
 //	go run ./examples/paysim -naive           # and the naive handler beside it
 //	go run ./examples/paysim -server http://127.0.0.1:8080 -db sqlite://orders.db \
-//	    -webhook-secret whsec_… -stripe-webhook-secret whsec_… -alipay-private-key alipay.pem
+//	    -webhook-secret whsec_… -stripe-webhook-secret whsec_… \
+//	    -alipay-private-key alipay.pem -alipay-app-id APPID [-alipay-seller-id PID] \
+//	    -wechatpay-private-key wechatpay.pem -wechatpay-serial SERIAL -wechatpay-apiv3-key KEY
 //
 // Without -server nothing needs to be running: the example service is
 // served in-process on a loopback port (-db picks its database). With
@@ -33,6 +37,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/rsa"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -47,6 +52,7 @@ import (
 	"github.com/orderguard/idempotency/payment/alipay"
 	idemstandard "github.com/orderguard/idempotency/payment/standard"
 	idemstripe "github.com/orderguard/idempotency/payment/stripe"
+	"github.com/orderguard/idempotency/payment/wechatpay"
 )
 
 // Row names of the table.
@@ -75,7 +81,7 @@ type options struct {
 	naive     bool
 	naiveDB   string
 	providers string
-	secrets   map[string]*string // by provider; Alipay's is a key file
+	secrets   map[string]*string // by provider; Alipay's and WeChat Pay's are key files
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -86,19 +92,22 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.Usage = func() {
 		fmt.Fprint(stderr, `Usage: paysim [flags]
 
-Plays payment providers (Standard Webhooks, Stripe, Alipay) against the
-example order service and prints what their callbacks did. Exits 1 if the
-service applied an event twice, accepted a forgery, or left an order off the
-state its acknowledged events make it.
+Plays payment providers (Standard Webhooks, Stripe, Alipay, WeChat Pay v3)
+against the example order service and prints what their callbacks did.
+Exits 1 if the service applied an event twice, accepted a forgery, or left
+an order off the state its acknowledged events make it.
 
 Needs nothing running by default: the service runs in-process on SQLite in a
 temporary directory (or on -db). With -server URL it plays against a running
 examples/server instead, which must serve the webhook routes with the
-secrets given here: -webhook-secret, -stripe-webhook-secret, and
--alipay-private-key (the private half of its -alipay-public-key), for the
-providers in -providers. Give -db (the server's own -db) to count double
-applications and anomalies from its database; without it they are counted
-from GET /orders (refunded_cents), where the server shows it.
+secrets given here: -webhook-secret, -stripe-webhook-secret,
+-alipay-private-key (the private half of its -alipay-public-key) with its
+-alipay-app-id (and -alipay-seller-id), and -wechatpay-private-key (the
+private half of its -wechatpay-public-key) with its -wechatpay-serial and
+-wechatpay-apiv3-key, for the providers in -providers. Give -db (the
+server's own -db) to count double applications and anomalies from its
+database; without it they are counted from GET /orders (refunded_cents),
+where the server shows it.
 
 Flags:
 `)
@@ -112,6 +121,11 @@ Flags:
 	o.secrets[idemstandard.Provider] = fs.String("webhook-secret", "", "Standard Webhooks signing secret (whsec_<base64>), the server's -webhook-secret; in-process: a fresh one")
 	o.secrets[idemstripe.Provider] = fs.String("stripe-webhook-secret", "", "Stripe endpoint secret (whsec_…), the server's -stripe-webhook-secret; in-process: a fresh one")
 	o.secrets[alipay.Provider] = fs.String("alipay-private-key", "", "PEM RSA private key `FILE` whose public half is the server's -alipay-public-key; in-process: a fresh one")
+	alipayAppID := fs.String("alipay-app-id", defaultAlipayAppID, "`APPID` of Alipay's notifications (app_id): the server's -alipay-app-id")
+	alipaySellerID := fs.String("alipay-seller-id", defaultAlipaySellerID, "`PID` of the seller of Alipay's notifications (seller_id): the server's -alipay-seller-id, where it sets one")
+	o.secrets[wechatpay.Provider] = fs.String("wechatpay-private-key", "", "PEM RSA private key `FILE` whose public half is the server's -wechatpay-public-key; in-process: a fresh one")
+	wechatSerial := fs.String("wechatpay-serial", defaultWechatpaySerial, "`SERIAL` of WeChat Pay's key sent in Wechatpay-Serial: the server's -wechatpay-serial")
+	wechatAPIv3Key := fs.String("wechatpay-apiv3-key", "", "the merchant's APIv3 `KEY` (32 bytes) the resources are encrypted with: the server's -wechatpay-apiv3-key; in-process: a fresh one")
 	fs.IntVar(&c.Orders, "orders", c.Orders, "orders to create and pay")
 	fs.IntVar(&c.Concurrency, "concurrency", c.Concurrency, "orders played at once")
 	fs.Float64Var(&c.DuplicateRate, "duplicate-rate", c.DuplicateRate, "probability that one of an order's events is delivered again later")
@@ -121,7 +135,7 @@ Flags:
 	fs.Float64Var(&c.RefundFirstRate, "refund-first-rate", c.RefundFirstRate, "probability that a refund is delivered before its payment's success")
 	fs.Float64Var(&c.CancelRate, "cancel-rate", c.CancelRate, "probability that the user cancels as the success is delivered")
 	fs.Float64Var(&c.ForgeRate, "forge-rate", c.ForgeRate, "probability of a forged callback (wrong secret, tampered body, unsigned) per order")
-	fs.Float64Var(&c.StaleRate, "stale-rate", c.StaleRate, "probability of a correctly signed callback 10 minutes old per order")
+	fs.Float64Var(&c.StaleRate, "stale-rate", c.StaleRate, "probability of a correctly signed callback 10 minutes old per order (Alipay, which signs no time: one signed for another app)")
 	fs.Float64Var(&c.LostAnswerRate, "lost-answer-rate", c.LostAnswerRate, "probability that a delivery's answer is lost on the way back (the provider retries)")
 	fs.IntVar(&c.Tries, "tries", c.Tries, "deliveries of one event before the provider gives up, the first included")
 	fs.DurationVar(&c.RetryBase, "retry-base", c.RetryBase, "first retry delay of the provider's schedule, doubled on each retry")
@@ -143,18 +157,40 @@ Flags:
 			return o, fmt.Errorf("-providers: unknown provider %q; want %s", name, strings.Join(providerNames, ","))
 		}
 		if *secret == "" && o.server != "" {
-			return o, fmt.Errorf("-server needs the %s secret matching the server's (-webhook-secret, -stripe-webhook-secret, -alipay-private-key), or leave %s out of -providers", name, name)
+			return o, fmt.Errorf("-server needs the %s secret matching the server's (-webhook-secret, -stripe-webhook-secret, -alipay-private-key, -wechatpay-private-key), or leave %s out of -providers", name, name)
 		}
 		var key any = *secret
 		switch {
-		case name == alipay.Provider && *secret != "":
-			if key, err = readAlipayKey(*secret); err != nil {
-				return o, fmt.Errorf("-alipay-private-key: %w", err)
-			}
 		case name == alipay.Provider:
-			if key, err = rsa.GenerateKey(rand.Reader, 2048); err != nil {
+			pk, err := rsaKeyOf("-alipay-private-key", *secret)
+			if err != nil {
 				return o, err
 			}
+			if *alipayAppID == "" {
+				return o, errors.New("-alipay-app-id: empty; give the server's -alipay-app-id")
+			}
+			key = alipayKey{pk, *alipayAppID, *alipaySellerID}
+		case name == wechatpay.Provider:
+			pk, err := rsaKeyOf("-wechatpay-private-key", *secret)
+			if err != nil {
+				return o, err
+			}
+			apiV3Key := *wechatAPIv3Key
+			switch {
+			case apiV3Key == "" && o.server != "":
+				return o, errors.New("-server needs -wechatpay-apiv3-key, the server's, or leave wechatpay out of -providers")
+			case apiV3Key == "":
+				var b [16]byte
+				_, _ = rand.Read(b[:])
+				apiV3Key = hex.EncodeToString(b[:])
+			case len(apiV3Key) != 32:
+				// Not the key itself: it is a secret.
+				return o, fmt.Errorf("-wechatpay-apiv3-key: %d bytes; the APIv3 key has 32", len(apiV3Key))
+			}
+			if *wechatSerial == "" {
+				return o, errors.New("-wechatpay-serial: empty; give the server's -wechatpay-serial")
+			}
+			key = wechatpayKey{pk, *wechatSerial, apiV3Key}
 		case *secret != "":
 		case name == idemstandard.Provider:
 			key = NewStandardSecret()
@@ -264,4 +300,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	return nil
+}
+
+// rsaKeyOf reads the provider's private key from file (flagName's), or
+// makes a fresh one when file is "" (the in-process server is given its
+// public half).
+func rsaKeyOf(flagName, file string) (*rsa.PrivateKey, error) {
+	if file == "" {
+		return rsa.GenerateKey(rand.Reader, 2048)
+	}
+	key, err := readRSAKey(file)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", flagName, err)
+	}
+	return key, nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/stripe/stripe-go/v82/webhook"
 
 	"github.com/orderguard/idempotency/payment/alipay"
+	"github.com/orderguard/idempotency/payment/wechatpay"
 
 	idemstandard "github.com/orderguard/idempotency/payment/standard"
 	idemstripe "github.com/orderguard/idempotency/payment/stripe"
@@ -53,8 +54,9 @@ type provider struct {
 	// Secret is the endpoint's signing secret, the server's (Standard
 	// Webhooks, Stripe); "" for a provider that signs with a key pair.
 	Secret string
-	// key signs genuine deliveries: Secret, or an RSA private key whose
-	// public half the server holds (Alipay). stranger is a well-formed
+	// key signs genuine deliveries: Secret, an alipayKey or a
+	// wechatpayKey (an RSA private key whose public half the server holds,
+	// with the merchant's ids or the APIv3 key). stranger is a well-formed
 	// key of the same kind the server does not hold: forgeries use it.
 	key, stranger any
 	// contentType is the deliveries' Content-Type.
@@ -65,6 +67,10 @@ type provider struct {
 	signsTime bool
 	// body is the event's body, unsigned, as the provider sends it.
 	body func(ev event) []byte
+	// foreign is the body of the event for another merchant of the
+	// provider's (another app), which the provider signs as genuinely;
+	// nil where a callback names no merchant.
+	foreign func(ev event) []byte
 	// signWith signs body with key at at and returns what is sent: the
 	// headers and the body (which carries the signature for Alipay).
 	signWith func(key any, ev event, body []byte, at time.Time) (http.Header, []byte, error)
@@ -86,10 +92,10 @@ func (p *provider) signAsStranger(ev event, body []byte, at time.Time) (http.Hea
 }
 
 // providerNames are the providers the simulator plays, in -providers order.
-var providerNames = []string{idemstandard.Provider, idemstripe.Provider, alipay.Provider}
+var providerNames = []string{idemstandard.Provider, idemstripe.Provider, alipay.Provider, wechatpay.Provider}
 
 // newProvider returns the provider name signing with key: a secret string
-// (Standard Webhooks, Stripe) or an *rsa.PrivateKey (Alipay).
+// (Standard Webhooks, Stripe), an alipayKey or a wechatpayKey.
 func newProvider(name string, key any) (*provider, error) {
 	secret, _ := key.(string)
 	switch name {
@@ -102,17 +108,32 @@ func newProvider(name string, key any) (*provider, error) {
 			contentType: "application/json", signsTime: true, body: stripeBody, signWith: stripeSign,
 			tamper: headerTamper, acked: acked2xx}, nil
 	case alipay.Provider:
-		pk, ok := key.(*rsa.PrivateKey)
-		if !ok {
-			return nil, errors.New("alipay needs an RSA private key")
+		k, ok := key.(alipayKey)
+		if !ok || k.private == nil || k.appID == "" {
+			return nil, errors.New("alipay needs an RSA private key and the app id")
 		}
 		stranger, err := rsa.GenerateKey(rand.Reader, 2048)
 		if err != nil {
 			return nil, err
 		}
-		return &provider{Name: name, Path: "/webhooks/alipay", key: pk, stranger: stranger,
-			contentType: "application/x-www-form-urlencoded; charset=utf-8", body: alipayBody, signWith: alipaySign,
-			tamper: alipayTamper, acked: alipayAcked}, nil
+		return &provider{Name: name, Path: "/webhooks/alipay", key: k, stranger: alipayKey{stranger, k.appID, k.sellerID},
+			contentType: "application/x-www-form-urlencoded; charset=utf-8", body: func(ev event) []byte { return alipayBody(k, ev) },
+			foreign:  func(ev event) []byte { return alipayBody(alipayKey{k.private, k.appID + "9", k.sellerID}, ev) },
+			signWith: alipaySign, tamper: alipayTamper, acked: alipayAcked}, nil
+	case wechatpay.Provider:
+		k, ok := key.(wechatpayKey)
+		if !ok || k.private == nil || k.serial == "" || len(k.apiV3Key) != 32 {
+			return nil, errors.New("wechatpay needs an RSA private key, its serial and a 32-byte APIv3 key")
+		}
+		// The stranger claims the serial of WeChat Pay's key, and holds
+		// the APIv3 key (a leaked one): only the signature gives it away.
+		stranger, err := rsa.GenerateKey(rand.Reader, 2048)
+		if err != nil {
+			return nil, err
+		}
+		return &provider{Name: name, Path: "/webhooks/wechatpay", key: k, stranger: wechatpayKey{stranger, k.serial, k.apiV3Key},
+			contentType: "application/json", signsTime: true, body: func(ev event) []byte { return wechatpayBody(k, ev) },
+			signWith: wechatpaySign, tamper: headerTamper, acked: wechatpayAcked}, nil
 	}
 	return nil, fmt.Errorf("-providers: unknown provider %q; want %s", name, strings.Join(providerNames, ","))
 }

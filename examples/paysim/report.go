@@ -39,13 +39,13 @@ func Table(results []*Result) string {
 			anomalies, doubles, r.ForgeriesAccepted, sum(r.Forged), off)
 	}
 	b.WriteString("\n")
-	b.WriteString("| Server | Retries | Answers lost (injected) | Transport errors | Events never acknowledged | Later redeliveries | Concurrent pairs | Refunds before success | Cancels racing the success (answered 200) | Forged: wrong secret / tampered / unsigned / stale | Wall time |\n")
+	b.WriteString("| Server | Retries | Answers lost (injected) | Transport errors | Events never acknowledged | Later redeliveries | Concurrent pairs | Refunds before success | Cancels racing the success (answered 200) | Forged: wrong secret / tampered / unsigned / stale / another merchant's | Wall time |\n")
 	b.WriteString("|---|--:|--:|--:|--:|--:|--:|--:|--:|---|--:|\n")
 	for _, r := range results {
-		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %d | %d | %d | %d (%d) | %d / %d / %d / %d | %s |\n",
+		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %d | %d | %d | %d (%d) | %d / %d / %d / %d / %d | %s |\n",
 			r.Target, r.Retries, r.LostAnswers, r.Transport, r.Unacked, r.Duplicates, r.Concurrent, r.RefundFirst,
 			r.CancelRaces, r.CancelsAccepted, r.Forged[forgeWrongSecret], r.Forged[forgeTampered], r.Forged[forgeUnsigned],
-			r.Forged[forgeStale], r.Wall.Round(10*time.Millisecond))
+			r.Forged[forgeStale], r.Forged[forgeForeign], r.Wall.Round(10*time.Millisecond))
 	}
 	return b.String()
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/orderguard/idempotency/payment/alipay"
 	idemstandard "github.com/orderguard/idempotency/payment/standard"
 	idemstripe "github.com/orderguard/idempotency/payment/stripe"
+	"github.com/orderguard/idempotency/payment/wechatpay"
 )
 
 // target is a server the providers play against: the example service
@@ -78,7 +79,11 @@ func verifier(p *provider) (payment.Verifier, error) {
 	case idemstripe.Provider:
 		return idemstripe.New(idemstripe.Config{Secrets: []string{p.Secret}})
 	case alipay.Provider:
-		return alipay.New(alipay.Config{PublicKey: &p.key.(*rsa.PrivateKey).PublicKey, AppID: alipayAppID})
+		k := p.key.(alipayKey)
+		return alipay.New(alipay.Config{PublicKey: &k.private.PublicKey, AppID: k.appID, SellerID: k.sellerID})
+	case wechatpay.Provider:
+		k := p.key.(wechatpayKey)
+		return wechatpay.New(wechatpay.Config{PlatformKeys: map[string]*rsa.PublicKey{k.serial: &k.private.PublicKey}, APIv3Key: k.apiV3Key})
 	}
 	return nil, fmt.Errorf("no verifier for provider %q", p.Name)
 }

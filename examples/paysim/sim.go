@@ -48,7 +48,8 @@ type Config struct {
 	// tampered body or no signature) claims a full refund of the order.
 	ForgeRate float64
 	// StaleRate is the probability that a correctly signed callback with a
-	// timestamp past the tolerance claims a full refund of the order.
+	// timestamp past the tolerance claims a full refund of the order (for
+	// a provider that signs no time, one signed for another merchant).
 	StaleRate float64
 	// LostAnswerRate is the probability that the answer to a delivery is
 	// lost on the way back: the provider sees a failure and delivers again.
@@ -113,6 +114,10 @@ const (
 	forgeTampered    forgery = "tampered"     // genuine signature, body changed after signing
 	forgeUnsigned    forgery = "unsigned"     // no signature at all
 	forgeStale       forgery = "stale"        // the right secret, signed 10 minutes ago
+	// forgeForeign: genuinely signed by the provider, for another merchant
+	// (Alipay's app_id of another app): the provider's key may be shared
+	// by a merchant's apps, so only the ids tell it is not this one's.
+	forgeForeign forgery = "another-merchant"
 )
 
 // cancelJitter bounds the delay of a racing cancel after the success's
@@ -156,9 +161,15 @@ func buildPlans(cfg Config) []*plan {
 			p.forgeries = append(p.forgeries, forgeKinds[rng.IntN(len(forgeKinds))])
 		}
 		// A provider that signs no time (Alipay) has no stale deliveries:
-		// an old notification is genuine.
-		if rng.Float64() < cfg.StaleRate && p.provider.signsTime {
-			p.forgeries = append(p.forgeries, forgeStale)
+		// an old notification is genuine. Its notifications name the
+		// merchant instead: one of another merchant's takes the place.
+		if rng.Float64() < cfg.StaleRate {
+			switch {
+			case p.provider.signsTime:
+				p.forgeries = append(p.forgeries, forgeStale)
+			case p.provider.foreign != nil:
+				p.forgeries = append(p.forgeries, forgeForeign)
+			}
 		}
 		plans[i] = p
 	}

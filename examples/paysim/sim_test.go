@@ -51,12 +51,12 @@ func testProviders(t *testing.T) []*provider {
 			key = NewStandardSecret()
 		case "stripe":
 			key = NewStripeSecret()
+		case "alipay":
+			key = alipayKey{testRSAKey(t), defaultAlipayAppID, defaultAlipaySellerID}
+		case "wechatpay":
+			key = wechatpayKey{testRSAKey(t), defaultWechatpaySerial, "an APIv3 key of 32 bytes, paysim"}
 		default:
-			k, err := rsa.GenerateKey(rand.Reader, 2048)
-			if err != nil {
-				t.Fatal(err)
-			}
-			key = k
+			t.Fatalf("no test key for provider %q", name)
 		}
 		p, err := newProvider(name, key)
 		if err != nil {
@@ -65,6 +65,15 @@ func testProviders(t *testing.T) []*provider {
 		ps = append(ps, p)
 	}
 	return ps
+}
+
+func testRSAKey(t *testing.T) *rsa.PrivateKey {
+	t.Helper()
+	k, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
 }
 
 type testBundle struct {
@@ -121,6 +130,7 @@ func TestSimulation_ExampleService_AppliesEveryEventOnceAndRefusesForgeries(t *t
 		"concurrent pairs": res.Concurrent, "refunds before success": res.RefundFirst, "cancel races": res.CancelRaces,
 		"redeliveries": res.Duplicates, "retries": res.Retries, "lost answers": res.LostAnswers,
 		"forgeries": sum(res.Forged), "stale callbacks": res.Forged[forgeStale],
+		"callbacks of another merchant": res.Forged[forgeForeign],
 	} {
 		if n == 0 {
 			t.Errorf("no %s: the scenario did not run", what)
@@ -131,6 +141,26 @@ func TestSimulation_ExampleService_AppliesEveryEventOnceAndRefusesForgeries(t *t
 	}
 	if res.Answers[http.StatusBadRequest] != sum(res.Forged) {
 		t.Errorf("%d answers 400 for %d forged callbacks", res.Answers[http.StatusBadRequest], sum(res.Forged))
+	}
+	// Every provider was played, and its events applied.
+	paid := map[string]int{}
+	rows, err := b.target.DB.Query(`SELECT provider, COUNT(*) FROM order_payment WHERE status = 'SUCCEEDED' GROUP BY provider`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var provider string
+		var n int
+		if err := rows.Scan(&provider, &n); err != nil {
+			t.Fatal(err)
+		}
+		paid[provider] = n
+	}
+	for _, name := range providerNames {
+		if paid[name] == 0 {
+			t.Errorf("no payment of %s applied: %v", name, paid)
+		}
 	}
 }
 
@@ -312,6 +342,25 @@ func TestFlags(t *testing.T) {
 	if _, err := parseFlags([]string{"-forge-rate", "2"}, &stderr); err == nil {
 		t.Error("-forge-rate 2 accepted")
 	}
+	// WeChat Pay against a server needs the server's APIv3 key; one of
+	// another length is refused, never shown.
+	if _, err := parseFlags([]string{"-server", "http://127.0.0.1:1", "-providers", "wechatpay", "-wechatpay-private-key", "x.pem"}, &stderr); err == nil {
+		t.Error("-server with wechatpay and no key file accepted")
+	}
+	if _, err := parseFlags([]string{"-providers", "wechatpay", "-wechatpay-apiv3-key", "short-secret"}, &stderr); err == nil ||
+		!strings.Contains(err.Error(), "-wechatpay-apiv3-key") || strings.Contains(err.Error(), "short-secret") {
+		t.Errorf("-wechatpay-apiv3-key of 12 bytes: %v, want an error naming the flag, not the key", err)
+	}
+	o, err = parseFlags([]string{"-providers", "alipay,wechatpay", "-alipay-app-id", "2021000000000009", "-alipay-seller-id", "", "-wechatpay-serial", "PUB_KEY_ID_9"}, &stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k := o.Providers[0].key.(alipayKey); k.appID != "2021000000000009" || k.sellerID != "" {
+		t.Errorf("alipay key = %+v", k)
+	}
+	if k := o.Providers[1].key.(wechatpayKey); k.serial != "PUB_KEY_ID_9" || len(k.apiV3Key) != 32 {
+		t.Errorf("wechatpay key: serial %q, APIv3 key of %d bytes", k.serial, len(k.apiV3Key))
+	}
 }
 
 // -server plays against a running server with its secrets: counted from
@@ -325,13 +374,19 @@ func TestRun_AgainstARunningServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.close)
-	keyFile := filepath.Join(t.TempDir(), "alipay.pem")
-	der := x509.MarshalPKCS1PrivateKey(providers[2].key.(*rsa.PrivateKey))
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
+	keyFile := func(key *rsa.PrivateKey) string {
+		file := filepath.Join(t.TempDir(), "key.pem")
+		der := x509.MarshalPKCS1PrivateKey(key)
+		if err := os.WriteFile(file, pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return file
 	}
+	ali, wechat := providers[2].key.(alipayKey), providers[3].key.(wechatpayKey)
 	base := []string{"-server", srv.URL, "-orders", "12", "-retry-base", "2ms", "-tries", "8",
-		"-webhook-secret", providers[0].Secret, "-stripe-webhook-secret", providers[1].Secret, "-alipay-private-key", keyFile}
+		"-webhook-secret", providers[0].Secret, "-stripe-webhook-secret", providers[1].Secret,
+		"-alipay-private-key", keyFile(ali.private), "-alipay-app-id", ali.appID, "-alipay-seller-id", ali.sellerID,
+		"-wechatpay-private-key", keyFile(wechat.private), "-wechatpay-serial", wechat.serial, "-wechatpay-apiv3-key", wechat.apiV3Key}
 	for _, tc := range []struct {
 		name          string
 		args          []string

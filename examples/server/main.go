@@ -127,7 +127,7 @@ var help = cli.Help{
 		cli.Flags("Payment callbacks (each route served only when its flags are given)",
 			"stripe-webhook-secret", "webhook-secret",
 			"alipay-public-key", "alipay-app-id", "alipay-seller-id",
-			"wechatpay-public-key", "wechatpay-serial", "wechatpay-apiv3-key"),
+			"wechatpay-public-key", "wechatpay-serial", "wechatpay-apiv3-key", "webhook-tolerance"),
 	},
 }
 

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/orderguard/idempotency/examples/orderservice"
 	"github.com/orderguard/idempotency/payment"
@@ -29,18 +30,24 @@ type webhookFlags struct {
 	stripeSecrets      string // comma-separated whsec_…
 	standardSecrets    string // comma-separated whsec_…
 	alipayPublicKey    string // PEM file
+	alipayAppID        string // required with alipayPublicKey
+	alipaySellerID     string // optional
 	wechatpayPublicKey string // PEM file
 	wechatpaySerial    string
 	wechatpayAPIv3Key  string
+	tolerance          time.Duration // of the providers that sign a timestamp
 }
 
 func (f *webhookFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.stripeSecrets, "stripe-webhook-secret", "", "Stripe endpoint signing `SECRETS` (whsec_…, comma-separated while one is rolled): serves POST /webhooks/stripe")
 	fs.StringVar(&f.standardSecrets, "webhook-secret", "", "Standard Webhooks signing `SECRETS` (whsec_…, comma-separated while one is rolled): serves POST /webhooks/standard")
-	fs.StringVar(&f.alipayPublicKey, "alipay-public-key", "", "`FILE` with Alipay's public key (PEM): serves POST /webhooks/alipay")
+	fs.StringVar(&f.alipayPublicKey, "alipay-public-key", "", "`FILE` with Alipay's public key (PEM), with -alipay-app-id: serves POST /webhooks/alipay")
+	fs.StringVar(&f.alipayAppID, "alipay-app-id", "", "the Alipay app's `APPID`, the only app_id whose notifications are taken (required with -alipay-public-key)")
+	fs.StringVar(&f.alipaySellerID, "alipay-seller-id", "", "the merchant's Alipay `PID` (2088…): when set, the only seller_id whose notifications are taken")
 	fs.StringVar(&f.wechatpayPublicKey, "wechatpay-public-key", "", "`FILE` with the WeChat Pay public key (PEM), with -wechatpay-serial and -wechatpay-apiv3-key: serves POST /webhooks/wechatpay")
 	fs.StringVar(&f.wechatpaySerial, "wechatpay-serial", "", "`SERIAL` of the WeChat Pay public key (PUB_KEY_ID_…) or platform certificate")
 	fs.StringVar(&f.wechatpayAPIv3Key, "wechatpay-apiv3-key", "", "the merchant's APIv3 `KEY` (32 bytes), which decrypts WeChat Pay's callbacks")
+	fs.DurationVar(&f.tolerance, "webhook-tolerance", payment.DefaultTolerance, "how far a callback's signed timestamp may be from now (Stripe, Standard Webhooks, WeChat Pay; Alipay signs none)")
 }
 
 // webhookRoute is one provider's route and the verifier of its callbacks.
@@ -53,12 +60,15 @@ type webhookRoute struct {
 // names the flag to fix. Nothing is read from the network.
 func (f webhookFlags) routes() ([]webhookRoute, error) {
 	var out []webhookRoute
+	if f.tolerance <= 0 {
+		return nil, fmt.Errorf("-webhook-tolerance %v: want a positive duration, such as 5m (the default)", f.tolerance)
+	}
 	if f.stripeSecrets != "" {
 		secrets, err := whsecList("-stripe-webhook-secret", f.stripeSecrets)
 		if err != nil {
 			return nil, err
 		}
-		v, err := idemstripe.New(idemstripe.Config{Secrets: secrets})
+		v, err := idemstripe.New(idemstripe.Config{Secrets: secrets, Tolerance: f.tolerance})
 		if err != nil {
 			return nil, fmt.Errorf("-stripe-webhook-secret: %w", err)
 		}
@@ -69,18 +79,26 @@ func (f webhookFlags) routes() ([]webhookRoute, error) {
 		if err != nil {
 			return nil, err
 		}
-		v, err := idemstandard.New(idemstandard.Config{Secrets: secrets})
+		v, err := idemstandard.New(idemstandard.Config{Secrets: secrets, Tolerance: f.tolerance})
 		if err != nil {
 			return nil, fmt.Errorf("-webhook-secret: %w", err)
 		}
 		out = append(out, webhookRoute{"POST /webhooks/standard", v})
 	}
+	if f.alipayPublicKey == "" && (f.alipayAppID != "" || f.alipaySellerID != "") {
+		return nil, errors.New("-alipay-public-key: -alipay-app-id and -alipay-seller-id configure the Alipay route, which needs Alipay's public key too")
+	}
 	if f.alipayPublicKey != "" {
+		if f.alipayAppID == "" {
+			// Alipay's key may be shared by the apps of one account: its
+			// signature alone would let another app's notifications in.
+			return nil, errors.New("-alipay-app-id: the Alipay route needs the APPID of the app whose notify_url it is, so that another app's notifications are refused")
+		}
 		key, err := readPublicKey("-alipay-public-key", f.alipayPublicKey, alipay.ParsePublicKey)
 		if err != nil {
 			return nil, err
 		}
-		v, err := alipay.New(alipay.Config{PublicKey: key})
+		v, err := alipay.New(alipay.Config{PublicKey: key, AppID: f.alipayAppID, SellerID: f.alipaySellerID})
 		if err != nil {
 			return nil, fmt.Errorf("-alipay-public-key: %w", err)
 		}
@@ -115,6 +133,7 @@ func (f webhookFlags) routes() ([]webhookRoute, error) {
 		v, err := wechatpay.New(wechatpay.Config{
 			PlatformKeys: map[string]*rsa.PublicKey{f.wechatpaySerial: key},
 			APIv3Key:     f.wechatpayAPIv3Key,
+			Tolerance:    f.tolerance,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("-wechatpay-serial, -wechatpay-public-key: %w", err)

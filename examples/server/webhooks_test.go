@@ -40,6 +40,7 @@ import (
 
 	"github.com/orderguard/idempotency"
 	"github.com/orderguard/idempotency/examples/orderservice"
+	"github.com/orderguard/idempotency/frontendtest"
 	"github.com/orderguard/idempotency/internal/testdb"
 	idemstandard "github.com/orderguard/idempotency/payment/standard"
 	"github.com/orderguard/idempotency/postgres"
@@ -53,6 +54,8 @@ const (
 	testStripeSecret   = "whsec_test_stripe_endpoint_secret"
 	testWechatSerial   = "PUB_KEY_ID_0114232134912410000000000000"
 	testWechatAPIv3Key = "an APIv3 key, exactly 32 bytes.."
+	testAlipayAppID    = "2021000117650001" // alipayNotification's app_id
+	testAlipaySellerID = "2088102119685838" // and its seller_id
 )
 
 var testStandardSecret = "whsec_" + base64.StdEncoding.EncodeToString([]byte("a Standard Webhooks test secret"))
@@ -87,6 +90,7 @@ func allProviderFlags(t *testing.T) []string {
 		"-stripe-webhook-secret", testStripeSecret,
 		"-webhook-secret", testStandardSecret,
 		"-alipay-public-key", writePublicKeyPEM(t, testAlipayKey()),
+		"-alipay-app-id", testAlipayAppID, "-alipay-seller-id", testAlipaySellerID,
 		"-wechatpay-public-key", writePublicKeyPEM(t, testWechatKey()),
 		"-wechatpay-serial", testWechatSerial,
 		"-wechatpay-apiv3-key", testWechatAPIv3Key,
@@ -394,6 +398,64 @@ func TestWebhook_CancelOfAPaidOrder_IsCanceledOwingTheRefundUntilItArrives(t *te
 	require.Empty(t, anomalies, "the refund owed has arrived")
 }
 
+// -alipay-app-id and -alipay-seller-id: a notification Alipay signed for
+// another app, or for another seller's trade, is refused as Alipay reads a
+// refusal ("fail"), and nothing is written; the merchant's own is applied.
+func TestWebhook_AlipayNotificationOfAnotherMerchant_IsRefused(t *testing.T) {
+	t.Parallel()
+	b := setupWebhooks(t, "mysql", "-alipay-public-key", writePublicKeyPEM(t, testAlipayKey()),
+		"-alipay-app-id", testAlipayAppID, "-alipay-seller-id", testAlipaySellerID)
+	orderNo, user := b.createOrder(t)
+	tradeNo := "T" + orderNo
+	for name, change := range map[string]map[string]string{
+		"another app":    {"app_id": "2021000117659999", "auth_app_id": "2021000117659999"},
+		"another seller": {"seller_id": "2088102119689999"},
+	} {
+		cb := alipayCallback(t, alipayNotification(orderNo, tradeNo, "N-OTHER-"+strings.ReplaceAll(name, " ", "-"), change))
+		status, _, body := b.deliver(t, "/webhooks/alipay", cb)
+		require.Equal(t, http.StatusBadRequest, status, "%s: %s", name, body)
+		require.Equal(t, "fail", string(body), name)
+	}
+	var records int
+	require.NoError(t, b.db.QueryRow("SELECT COUNT(*) FROM idempotency_record WHERE idempotency_key LIKE 'N-OTHER-%'").Scan(&records))
+	require.Zero(t, records, "nothing recorded")
+	require.Equal(t, "CREATED", b.view(t, orderNo, user).Status, "nothing applied")
+
+	status, _, body := b.deliver(t, "/webhooks/alipay", alipayCallback(t, alipayNotification(orderNo, tradeNo, "N-"+tradeNo, nil)))
+	require.Equal(t, http.StatusOK, status, "%s", body)
+	require.Equal(t, "PAID", b.view(t, orderNo, user).Status)
+}
+
+// -webhook-tolerance: a callback signed 7 minutes ago is stale by the
+// default 5 minutes (400, nothing written), and within 10 minutes when the
+// flag says so.
+func TestWebhook_Tolerance_IsTheFlags(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		args   []string
+		status int
+	}{
+		{"default", nil, http.StatusBadRequest},
+		{"10m", []string{"-webhook-tolerance", "10m"}, http.StatusNoContent},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setupWebhooks(t, "sqlite", append([]string{"-webhook-secret", testStandardSecret}, tc.args...)...)
+			orderNo, user := b.createOrder(t)
+			body := fmt.Sprintf(`{"type":"payment.succeeded","timestamp":"2025-03-14T09:26:53Z",`+
+				`"data":{"order_no":"%s","payment_id":"pay_%s","amount":1000,"currency":"CNY"}}`, orderNo, orderNo)
+			header, err := idemstandard.Sign(testStandardSecret, "msg_late_"+orderNo, time.Now().Add(-7*time.Minute), []byte(body))
+			require.NoError(t, err)
+			header.Set("Content-Type", "application/json")
+			status, _, answer := b.deliver(t, "/webhooks/standard", callback{header: header, body: []byte(body)})
+			require.Equal(t, tc.status, status, "%s", answer)
+			want := map[int]string{http.StatusBadRequest: "CREATED", http.StatusNoContent: "PAID"}[tc.status]
+			require.Equal(t, want, b.view(t, orderNo, user).Status)
+		})
+	}
+}
+
 func TestWebhook_RouteWithoutItsSecret_Is404(t *testing.T) {
 	t.Parallel()
 	b := setupWebhooks(t, "sqlite", "-stripe-webhook-secret", testStripeSecret)
@@ -419,14 +481,20 @@ func TestWebhook_StartupFlags_RefusedWithTheFlagToFix(t *testing.T) {
 		{"wechatpay without its APIv3 key", []string{"-wechatpay-public-key", pemFile, "-wechatpay-serial", testWechatSerial}, "-wechatpay-apiv3-key"},
 		{"wechatpay without its public key", []string{"-wechatpay-serial", testWechatSerial, "-wechatpay-apiv3-key", testWechatAPIv3Key}, "-wechatpay-public-key"},
 		{"an APIv3 key of the wrong length", []string{"-wechatpay-public-key", pemFile, "-wechatpay-serial", testWechatSerial, "-wechatpay-apiv3-key", "short"}, "-wechatpay-apiv3-key"},
-		{"an unreadable Alipay key file", []string{"-alipay-public-key", filepath.Join(t.TempDir(), "missing.pem")}, "-alipay-public-key"},
-		{"an Alipay key file that is no key", []string{"-alipay-public-key", notPEM}, "-alipay-public-key"},
+		{"an unreadable Alipay key file", []string{"-alipay-public-key", filepath.Join(t.TempDir(), "missing.pem"), "-alipay-app-id", testAlipayAppID}, "-alipay-public-key"},
+		{"an Alipay key file that is no key", []string{"-alipay-public-key", notPEM, "-alipay-app-id", testAlipayAppID}, "-alipay-public-key"},
+		{"an Alipay key without the app", []string{"-alipay-public-key", pemFile}, "-alipay-app-id"},
+		{"an Alipay key without the app, with the seller", []string{"-alipay-public-key", pemFile, "-alipay-seller-id", testAlipaySellerID}, "-alipay-app-id"},
+		{"the Alipay app without the key", []string{"-alipay-app-id", testAlipayAppID}, "-alipay-public-key"},
+		{"the Alipay seller without the key", []string{"-alipay-seller-id", testAlipaySellerID}, "-alipay-public-key"},
 		{"a WeChat Pay key file that is no key", []string{"-wechatpay-public-key", notPEM, "-wechatpay-serial", testWechatSerial, "-wechatpay-apiv3-key", testWechatAPIv3Key}, "-wechatpay-public-key"},
 		{"a Stripe secret without whsec_", []string{"-stripe-webhook-secret", "sk_test_123"}, "-stripe-webhook-secret"},
 		{"a rotated Stripe secret without whsec_", []string{"-stripe-webhook-secret", testStripeSecret + ",sk_test_123"}, "-stripe-webhook-secret"},
 		{"a Standard Webhooks secret without whsec_", []string{"-webhook-secret", "c2VjcmV0"}, "-webhook-secret"},
 		{"a Standard Webhooks secret that is not base64", []string{"-webhook-secret", "whsec_!!!"}, "-webhook-secret"},
 		{"webhooks without idempotency", []string{"-idempotency=false", "-stripe-webhook-secret", testStripeSecret}, "need the idempotency protocol"},
+		{"a tolerance of zero", []string{"-webhook-secret", testStandardSecret, "-webhook-tolerance", "0s"}, "-webhook-tolerance"},
+		{"a negative tolerance", []string{"-stripe-webhook-secret", testStripeSecret, "-webhook-tolerance", "-1m"}, "-webhook-tolerance"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -463,8 +531,8 @@ func standardCallback(t *testing.T, secret, id, body string) callback {
 func alipayNotification(orderNo, tradeNo, notifyID string, changes map[string]string) map[string]string {
 	params := map[string]string{
 		"notify_time": "2024-06-11 22:34:03", "notify_type": "trade_status_sync", "notify_id": notifyID,
-		"charset": "utf-8", "version": "1.0", "app_id": "2021000117650001", "auth_app_id": "2021000117650001",
-		"trade_no": tradeNo, "out_trade_no": orderNo, "seller_id": "2088102119685838",
+		"charset": "utf-8", "version": "1.0", "app_id": testAlipayAppID, "auth_app_id": testAlipayAppID,
+		"trade_no": tradeNo, "out_trade_no": orderNo, "seller_id": testAlipaySellerID,
 		"trade_status": "TRADE_SUCCESS", "total_amount": "10.00", "receipt_amount": "10.00", "buyer_pay_amount": "10.00",
 		"subject": "测试订单 a+b=c&d", "gmt_create": "2024-06-11 22:33:46", "gmt_payment": "2024-06-11 22:33:59",
 	}
@@ -544,4 +612,21 @@ func wechatCallback(t *testing.T, key *rsa.PrivateKey, id, eventType, associated
 		"Wechatpay-Serial":         {testWechatSerial},
 		"Wechatpay-Signature-Type": {"WECHATPAY2-SHA256-RSA2048"},
 	}, body: body}
+}
+
+// The server's payment webhook, mounted as run mounts it, passes the
+// payment events' part of the front-end conformance suite on PostgreSQL
+// (package payment runs it on MariaDB), WeChat Pay's callbacks signed and
+// encrypted as WeChat Pay does.
+func TestFrontend_PaymentWebhook(t *testing.T) {
+	t.Parallel()
+	frontendtest.ExercisePayments(t, pgtest.Database, func(t *testing.T, env *frontendtest.Env) frontendtest.PaymentFrontend {
+		provider := frontendtest.NewWeChatPay(t)
+		mux := routes(http.NotFoundHandler(), env.Service)
+		hooks := []webhookRoute{{"POST /webhooks/wechatpay", provider.Verifier(t)}}
+		require.NoError(t, mountWebhooks(mux, env.Service, hooks, slog.New(slog.DiscardHandler)))
+		srv := httptest.NewServer(mux)
+		t.Cleanup(srv.Close)
+		return provider.Webhook(srv.URL + "/webhooks/wechatpay")
+	})
 }

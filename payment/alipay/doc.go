@@ -18,6 +18,11 @@
 //     values are the decoded bytes, so a notification whose charset is GBK
 //     verifies as GBK bytes without transcoding.
 //   - sign is standard base64.
+//   - A verified notification must be the merchant's: app_id is the app's
+//     APPID (Config.AppID, required) and, where the merchant names one,
+//     seller_id its PID (Config.SellerID), as the documentation asks
+//     merchants to check; Alipay's public key may be shared by the apps of
+//     one account, so the signature alone does not tell them apart.
 //
 // Only after the signature verifies is anything read: an unsigned body of
 // any shape is payment.ErrSignature, a signed one that is not an event is

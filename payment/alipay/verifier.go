@@ -27,10 +27,20 @@ const (
 	TradeFinished = "TRADE_FINISHED"
 )
 
-// ErrAppID: the notification is signed by Alipay, but for an app_id other
-// than Config.AppID. It matches payment.ErrSignature too: the callback is
-// not verified as this endpoint's, and is refused.
-var ErrAppID = fmt.Errorf("alipay: the notification's app_id is not Config.AppID; check the notify_url of the other app: %w", payment.ErrSignature)
+// Errors of a notification signed by Alipay but not for this endpoint's
+// merchant. Alipay's documentation tells the merchant to check them after
+// the signature: Alipay's public key may be shared by the apps of one
+// account, so a genuine notification of another app (or another seller's
+// trade) verifies too. Both match payment.ErrSignature: the callback is not
+// verified as this endpoint's, so it is refused (400, "fail"), counted,
+// and nothing is written.
+var (
+	// ErrAppID: the notification's app_id is not Config.AppID.
+	ErrAppID = fmt.Errorf("alipay: the notification's app_id is not Config.AppID; check the notify_url of the other app: %w", payment.ErrSignature)
+	// ErrSellerID: Config.SellerID is set and the notification's
+	// seller_id is another (or none).
+	ErrSellerID = fmt.Errorf("alipay: the notification's seller_id is not Config.SellerID; check the merchant's PID: %w", payment.ErrSignature)
+)
 
 // Config configures a Verifier.
 type Config struct {
@@ -38,11 +48,18 @@ type Config struct {
 	// own key), RSA of at least 2048 bits; read it with ParsePublicKey.
 	// Required.
 	PublicKey *rsa.PublicKey
-	// AppID, when set, is the only app_id accepted: a notification signed
-	// for another app is ErrAppID. Alipay's key may be shared by the apps
-	// of one account, so an endpoint that serves one app should set it.
-	// Defaults to "" (any app_id).
+	// AppID is the app whose notifications this endpoint takes (the
+	// open platform's APPID, "2021…"): a notification signed for another
+	// app is ErrAppID. Alipay's public key may be shared by the apps of
+	// one account, so the signature alone does not tell them apart.
+	// Required.
 	AppID string
+	// SellerID, when set, is the only seller_id accepted (the merchant's
+	// PID, "2088…", the seller of the trade): a notification of another
+	// seller's trade, or of none, is ErrSellerID. Set it when one app
+	// serves several sellers, or to check what Alipay's documentation
+	// asks merchants to check. Defaults to "" (seller_id not checked).
+	SellerID string
 	// MaxBodyBytes is the largest body accepted; a larger one is
 	// payment.ErrTooLarge. Defaults to payment.MaxBodyBytes.
 	MaxBodyBytes int
@@ -53,6 +70,7 @@ type Config struct {
 type Verifier struct {
 	key          *rsa.PublicKey
 	appID        string
+	sellerID     string
 	maxBodyBytes int
 }
 
@@ -66,19 +84,24 @@ func New(cfg Config) (*Verifier, error) {
 	if bits := cfg.PublicKey.N.BitLen(); bits < 2048 {
 		return nil, fmt.Errorf("alipay: Config.PublicKey has %d bits; RSA2 keys have at least 2048", bits)
 	}
+	if cfg.AppID == "" {
+		return nil, errors.New("alipay: Config.AppID is empty; set the APPID of the app whose notify_url this is (Alipay's key may be shared by several apps)")
+	}
 	if cfg.MaxBodyBytes < 0 {
 		return nil, fmt.Errorf("alipay: Config.MaxBodyBytes is %d; leave it 0 for the default", cfg.MaxBodyBytes)
 	}
 	if cfg.MaxBodyBytes == 0 {
 		cfg.MaxBodyBytes = payment.MaxBodyBytes
 	}
-	return &Verifier{key: cfg.PublicKey, appID: cfg.AppID, maxBodyBytes: cfg.MaxBodyBytes}, nil
+	return &Verifier{key: cfg.PublicKey, appID: cfg.AppID, sellerID: cfg.SellerID, maxBodyBytes: cfg.MaxBodyBytes}, nil
 }
 
 // Provider returns "alipay".
 func (v *Verifier) Provider() string { return Provider }
 
-// Verify checks the notification's sign over its form body and reads its
+// Verify checks the notification's sign over its form body, then that it
+// is this merchant's (app_id is Config.AppID, else ErrAppID; seller_id is
+// Config.SellerID when that is set, else ErrSellerID), and reads its
 // event. Alipay signs no header and no timestamp, so header and now are
 // not used (see the package doc: there is no tolerance).
 //
@@ -117,8 +140,13 @@ func (v *Verifier) Verify(header http.Header, body []byte, now time.Time) (payme
 	if err != nil {
 		return payment.Event{}, err
 	}
-	if v.appID != "" && params["app_id"] != v.appID {
+	// Signed by Alipay, but is it this merchant's? Checked before
+	// anything is read: another app's notification is refused whole.
+	if params["app_id"] != v.appID {
 		return payment.Event{}, fmt.Errorf("app_id %q: %w", params["app_id"], ErrAppID)
+	}
+	if v.sellerID != "" && params["seller_id"] != v.sellerID {
+		return payment.Event{}, fmt.Errorf("seller_id %q: %w", params["seller_id"], ErrSellerID)
 	}
 	// The digest is the notification's content, not its bytes: each
 	// redelivery is sent anew, with its own notify_time (the time it was

@@ -33,6 +33,12 @@ var alipayKey = sync.OnceValue(func() *rsa.PrivateKey {
 	return key
 })
 
+// The app and the seller of notification's trades.
+const (
+	testAppID    = "2021000117650001"
+	testSellerID = "2088102119685838"
+)
+
 var now = time.Date(2024, 6, 11, 22, 34, 5, 0, time.FixedZone("CST", 8*3600))
 
 type testBundle struct {
@@ -45,6 +51,9 @@ func setup(t *testing.T, cfg alipay.Config) *testBundle {
 	key := alipayKey()
 	if cfg.PublicKey == nil {
 		cfg.PublicKey = &key.PublicKey
+	}
+	if cfg.AppID == "" {
+		cfg.AppID = testAppID // notification's
 	}
 	v, err := alipay.New(cfg)
 	require.NoError(t, err)
@@ -412,14 +421,57 @@ func TestVerify_EmptyValue_IsPartOfTheSignedContent(t *testing.T) {
 	require.ErrorIs(t, err, payment.ErrSignature)
 }
 
-func TestVerify_AppIDOfAnotherApp_IsErrAppID(t *testing.T) {
+// A notification Alipay signed for another app or another seller's trade
+// verifies with Alipay's key (shared by the apps of one account), but is
+// not this merchant's: refused as unverified, whatever it says.
+func TestVerify_NotificationOfAnotherMerchant_IsRefusedAsUnverified(t *testing.T) {
 	t.Parallel()
-	b := setup(t, alipay.Config{AppID: "2021000117659999"})
-	body := signAlipay(t, notification(nil), b.key)
+	for _, tc := range []struct {
+		name    string
+		cfg     alipay.Config
+		changes map[string]string
+		want    error
+	}{
+		{"another app's", alipay.Config{AppID: "2021000117659999"}, nil, alipay.ErrAppID},
+		{"no app_id", alipay.Config{}, map[string]string{"app_id": ""}, alipay.ErrAppID},
+		{"app_id differing in case", alipay.Config{AppID: "2021000117650001A"}, map[string]string{"app_id": "2021000117650001a"}, alipay.ErrAppID},
+		{"another seller's trade", alipay.Config{SellerID: "2088102119689999"}, nil, alipay.ErrSellerID},
+		{"no seller_id where one is expected", alipay.Config{SellerID: testSellerID}, map[string]string{"seller_id": ""}, alipay.ErrSellerID},
+		{"another seller's trade of another app", alipay.Config{AppID: "2021000117659999", SellerID: "2088102119689999"}, nil, alipay.ErrAppID},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, tc.cfg)
+			body := signAlipay(t, notification(tc.changes), b.key)
+			ev, err := b.verifier.Verify(http.Header{}, []byte(body), now)
+			require.ErrorIs(t, err, tc.want)
+			require.ErrorIs(t, err, payment.ErrSignature, "refused as a notification not verified as this endpoint's")
+			require.NotErrorIs(t, err, payment.ErrMalformed)
+			require.Zero(t, ev)
+		})
+	}
+}
 
-	_, err := b.verifier.Verify(http.Header{}, []byte(body), now)
-	require.ErrorIs(t, err, alipay.ErrAppID)
-	require.ErrorIs(t, err, payment.ErrSignature)
+func TestVerify_NotificationOfThisMerchant_IsRead(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		cfg     alipay.Config
+		changes map[string]string
+	}{
+		{"app_id only configured", alipay.Config{AppID: testAppID}, nil},
+		{"app_id only configured, no seller_id sent", alipay.Config{AppID: testAppID}, map[string]string{"seller_id": ""}},
+		{"app_id and seller_id configured", alipay.Config{AppID: testAppID, SellerID: testSellerID}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, tc.cfg)
+			ev, err := b.verifier.Verify(http.Header{}, []byte(signAlipay(t, notification(tc.changes), b.key)), now)
+			require.NoError(t, err)
+			require.Equal(t, testAppID, ev.Scope)
+			require.Equal(t, payment.Succeeded, ev.Kind)
+		})
+	}
 }
 
 func TestVerify_BodyOverTheLimit_IsErrTooLarge(t *testing.T) {
@@ -448,9 +500,10 @@ func TestNew_InvalidConfig_IsRefused(t *testing.T) {
 		name string
 		cfg  alipay.Config
 	}{
-		{"no public key", alipay.Config{}},
-		{"a key under 2048 bits", alipay.Config{PublicKey: &small.PublicKey}},
-		{"a negative body limit", alipay.Config{PublicKey: &alipayKey().PublicKey, MaxBodyBytes: -1}},
+		{"no public key", alipay.Config{AppID: testAppID}},
+		{"no app id", alipay.Config{PublicKey: &alipayKey().PublicKey}},
+		{"a key under 2048 bits", alipay.Config{PublicKey: &small.PublicKey, AppID: testAppID}},
+		{"a negative body limit", alipay.Config{PublicKey: &alipayKey().PublicKey, AppID: testAppID, MaxBodyBytes: -1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -458,6 +511,8 @@ func TestNew_InvalidConfig_IsRefused(t *testing.T) {
 			require.Error(t, err)
 		})
 	}
+	_, err = alipay.New(alipay.Config{PublicKey: &alipayKey().PublicKey})
+	require.ErrorContains(t, err, "AppID", "the error names the field to set")
 }
 
 func TestAcknowledge_WritesSuccess(t *testing.T) {

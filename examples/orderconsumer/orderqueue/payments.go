@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -74,10 +75,15 @@ const (
 //     effect (its record says so, with 200 and an empty outcome).
 //   - Middleware is the service's orderservice.PaymentEvents, which the
 //     webhook uses too: one record per event, whichever path claims it.
+//   - An event id seen again with another payload (the protocol's
+//     key-reused) is the webhook's too: never applied, recorded as a
+//     payload-mismatch anomaly (Service.RecordPayloadMismatch: once,
+//     however many times and by whichever path it arrives), and its
+//     message acked with the outcome {"anomaly":"payload-mismatch"},
+//     since no redelivery can fix it (queue.Config.KeyReusedFunc). Only
+//     the database's failure to record it delivers the message again.
 //
-// An event id seen again with another payload is dead-lettered as
-// key-reused (the webhook records it as a payload-mismatch anomaly
-// instead). It fails only when opts.WebhookSecrets is empty or holds a
+// It fails only when opts.WebhookSecrets is empty or holds a
 // secret that is not base64, or the service runs without idempotency.
 func PaymentConfig(svc *orderservice.Service, opts Options) (queue.Config, error) {
 	mw := svc.Middleware(orderservice.PaymentEvents)
@@ -92,9 +98,14 @@ func PaymentConfig(svc *orderservice.Service, opts Options) (queue.Config, error
 	if now == nil {
 		now = time.Now
 	}
-	e := paymentEvents{verifier: v, orders: svc.PaymentOrders(), now: now, checkClock: opts.WebhookTolerance > 0}
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	e := paymentEvents{verifier: v, orders: svc.PaymentOrders(), now: now, checkClock: opts.WebhookTolerance > 0,
+		recordMismatch: svc.RecordPayloadMismatch, logger: logger}
 	return queue.Config{
-		Middleware: mw, Handler: e.apply,
+		Middleware: mw, Handler: e.apply, KeyReusedFunc: e.keyReused,
 		Validate: e.validate, Key: e.key, Scope: e.scope, FingerprintFunc: e.fingerprint,
 		Workers:       opts.Workers,
 		BatchSize:     opts.BatchSize,
@@ -119,6 +130,10 @@ type paymentEvents struct {
 	now      func() time.Time
 	// checkClock: Options.WebhookTolerance was set.
 	checkClock bool
+	// recordMismatch records an event that reused an id with another
+	// payload (Service.RecordPayloadMismatch).
+	recordMismatch func(context.Context, payment.Event) error
+	logger         *slog.Logger
 }
 
 func (e paymentEvents) validate(m *queue.Message) error {
@@ -174,6 +189,31 @@ func (e paymentEvents) apply(ctx context.Context, tx *sql.Tx, m *queue.Message) 
 			Header: map[string][]string{"Content-Type": {"application/json"}}, Body: ignoredOutcome}
 	}
 	return payment.Apply(ctx, tx, e.orders, ev)
+}
+
+// mismatchOutcome is the answer to an event that reused an id with
+// another payload, as the webhook's Observation tells it: no effect, the
+// anomaly.
+var mismatchOutcome, _ = json.Marshal(idempotency.PaymentOutcome{Anomaly: idempotency.AnomalyPayloadMismatch})
+
+// keyReused takes a message whose event id the protocol refused as reused
+// with another payload: recorded as an anomaly, never applied, and acked,
+// as the webhook acknowledges it; an error of the database's delivers the
+// message again.
+func (e paymentEvents) keyReused(ctx context.Context, m *queue.Message, refused idempotency.Answer) (idempotency.Answer, error) {
+	ev, err := e.event(m)
+	if err != nil {
+		// Validate let it through a moment ago: never expected. The
+		// refusal stands: dead-lettered.
+		return refused, nil
+	}
+	if err := e.recordMismatch(ctx, ev); err != nil {
+		return idempotency.Answer{}, err
+	}
+	e.logger.Warn("orderqueue: an event id arrived again with another payload; recorded as an anomaly, not applied",
+		"provider", ev.Provider, "event", ev.ID, "source", m.Source)
+	return idempotency.Answer{Status: http.StatusOK,
+		Header: map[string][]string{"Content-Type": {"application/json"}}, Body: mismatchOutcome}, nil
 }
 
 // eventProblem is a verifier's error as the problem a message is

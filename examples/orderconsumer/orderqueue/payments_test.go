@@ -147,9 +147,18 @@ func (b *paymentBundle) byWebhook(t *testing.T, e event) (statuses []int) {
 // request's number, whose settlements the run observes.
 func (b *paymentBundle) byQueue(t *testing.T, secret string, e event, ts time.Time) string {
 	t.Helper()
+	return b.publish(t, secret, e, ts, e.ID)
+}
+
+// publish publishes e as byQueue does, under message id msgID: a copy the
+// bridge forwarded again, past JetStream's deduplication of the id (the
+// key is webhook-id, whatever the message id). Its settlements are
+// msgID's.
+func (b *paymentBundle) publish(t *testing.T, secret string, e event, ts time.Time, msgID string) string {
+	t.Helper()
 	body, h := signed(t, secret, e, ts)
 	req := strconv.FormatInt(requests.Add(1), 10)
-	m := orderqueue.Message{ID: e.ID, Body: body, Header: map[string]string{requestHeader: req}}
+	m := orderqueue.Message{ID: msgID, Body: body, Header: map[string]string{requestHeader: req}}
 	for k := range h {
 		m.Header[k] = h.Get(k)
 	}
@@ -309,6 +318,71 @@ func (b *paymentBundle) requireOneAction(t *testing.T, e event, statuses []int, 
 	t.Logf("%s: %s ran it; webhook answers %v, message settlements %d", e.ID, ran, statuses, len(b.faultRun.settled.of(e.ID)))
 	require.NotEqual(t, last.Replayed, s.Answer.Replayed,
 		"one path ran the action and the other replayed it (webhook replayed %v, message replayed %v)", last.Replayed, s.Answer.Replayed)
+}
+
+// An event id that arrives again by the queue with another payload is
+// what it is on the webhook: never applied, recorded as a
+// payload-mismatch anomaly once (however many copies arrive, by either
+// path), and its message acked, never dead-lettered, since no redelivery
+// can fix it. NATS and RabbitMQ; claim-first on MariaDB, single-phase on
+// PostgreSQL.
+func TestPaymentEvents_SameIDAnotherPayload_RecordedOnceAckedNeverApplied(t *testing.T) {
+	t.Parallel()
+	for kind, broker := range brokers(t) {
+		for _, db := range databases {
+			t.Run(kind+"/"+db.Name(), func(t *testing.T) {
+				t.Parallel()
+				b := setupPayments(t, broker(t), db.Name())
+				orderNo, total := b.order(t)
+				other, _ := b.order(t)
+				paid := event{ID: "evt_reused", Type: "payment.succeeded", OrderNo: orderNo, PaymentID: "pay_reused", Amount: total}
+				b.byQueue(t, b.secret, paid, time.Now())
+				require.Equal(t, queue.Ack, b.settled(t, paid.ID).Decision)
+				require.Equal(t, facts{Status: "PAID", EventsApplied: 1, PaymentEvents: 1, PaymentRecords: 1}, b.facts(t, orderNo))
+
+				// The id again, signed, claiming another order was paid:
+				// twice, as a bridge forwards a copy again.
+				reused := paid
+				reused.OrderNo, reused.PaymentID = other, "pay_reused_other"
+				for copy := 1; copy <= 2; copy++ {
+					msgID := fmt.Sprintf("%s-copy%d", reused.ID, copy)
+					b.publish(t, b.secret, reused, time.Now(), msgID)
+					s := b.settled(t, msgID)
+					require.Equal(t, queue.Ack, s.Decision, "copy %d: %s", copy, answerOf(s))
+					require.Equal(t, http.StatusOK, s.Answer.Status, "copy %d: %s", copy, answerOf(s))
+					var out idempotency.PaymentOutcome
+					require.NoError(t, json.Unmarshal(s.Answer.Body, &out), "%s", s.Answer.Body)
+					require.Equal(t, idempotency.PaymentOutcome{Anomaly: idempotency.AnomalyPayloadMismatch}, out)
+					require.Equal(t, 1, b.mismatches(t, reused.ID), "copy %d: the anomaly is recorded once", copy)
+				}
+				require.Zero(t, b.faultRun.settled.count(queue.DeadLetter), "nothing dead-lettered")
+
+				// The same payload by the webhook: acknowledged, and still
+				// one anomaly.
+				statuses := b.byWebhook(t, reused)
+				require.Equal(t, http.StatusNoContent, statuses[len(statuses)-1], "%v", statuses)
+				b.mu.Lock()
+				observed := b.observed[reused.ID]
+				b.mu.Unlock()
+				require.Equal(t, idempotency.AnomalyPayloadMismatch, observed[len(observed)-1].Outcome.Anomaly)
+				require.Equal(t, 1, b.mismatches(t, reused.ID))
+
+				require.Equal(t, facts{Status: "CREATED"}, b.facts(t, other), "never applied")
+				require.Equal(t, facts{Status: "PAID", EventsApplied: 1, PaymentEvents: 1, PaymentRecords: 1}, b.facts(t, orderNo),
+					"the first payload's effect, once")
+				require.Equal(t, 1, b.records(t, paid.ID))
+			})
+		}
+	}
+}
+
+// mismatches counts the payload-mismatch anomalies of event id.
+func (b *paymentBundle) mismatches(t *testing.T, id string) int {
+	t.Helper()
+	var n int
+	b.query(t, `SELECT COUNT(*) FROM payment_anomaly WHERE event_id = ? AND reason = ?`,
+		[]any{id, string(idempotency.AnomalyPayloadMismatch)}, &n)
+	return n
 }
 
 // A message whose signature does not hold is dead-lettered with the
