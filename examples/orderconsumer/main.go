@@ -54,30 +54,7 @@
 //	amqp-publish -u amqp://guest:guest@127.0.0.1:5672/ -r orders.create -p -C application/json \
 //	  -H 'X-User-ID: 7' -H 'Idempotency-Key: queue-demo-2' -b '{"user_id":7,"sku_id":20001,"quantity":1}'
 //
-// Flags of the consumer:
-//
-//	-broker URL            nats://HOST:PORT or amqp://USER:PASS@HOST:PORT/ (default nats://127.0.0.1:4222)
-//	-db URL                sqlite://PATH, mysql://DSN or postgres://… (default sqlite://orders.db)
-//	-mode M                claim-first (default) or single-phase
-//	-batch N               messages committed in one transaction at most (default 1)
-//	-workers N             messages (or batches) done at once (default 4)
-//	-max-deliveries N      dead-letter a message whose handler failed on its Nth delivery (default 5)
-//	-retry-delay D         delay of a message whose key is in progress or whose database failed (default 1s)
-//	-ack-wait D            JetStream: how long a delivery stays unacked before it is delivered again (default 30s)
-//	-lease D               how long a PROCESSING claim is held (default 30s)
-//	-retention D           how long a finished key is remembered (default 24h)
-//	-in-flight-wait D      how long a duplicate waits for the original (default 0)
-//	-reconcile-interval D  how often abandoned claims are settled (default 5s; 0 = off)
-//	-purge-interval D      how often expired records are deleted (default 1m; 0 = off)
-//	-handler-delay D       artificial delay inside the create transaction (default 0)
-//	-log-level L           debug (one line per message), info (default), warn
-//	-action A              create_order (default), cancel_order or payment_events
-//	-webhook-secret S      payment_events: Standard Webhooks signing secrets, whsec_…, comma-separated
-//	-webhook-tolerance D   payment_events: how far webhook-timestamp may be from now (default 0: not checked,
-//	                       so that a backlog is never dead-lettered as stale)
-//	-stream, -subject, -durable, -queue NAME
-//	                       other names than ORDERS, orders.create, orderconsumer, orders.create
-//	                       (payment_events: PAYMENTS, payments.events, orderconsumer, payments.events)
+// Its flags, grouped, and what it needs running: go run ./examples/orderconsumer -h.
 //
 // The HTTP example server, the gRPC server and this consumer may share a
 // database: a key used over one transport is the same action over the
@@ -96,7 +73,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/orderguard/idempotency"
+	"github.com/orderguard/idempotency/examples/internal/cli"
 	"github.com/orderguard/idempotency/examples/internal/dburl"
 	"github.com/orderguard/idempotency/examples/orderconsumer/orderqueue"
 	"github.com/orderguard/idempotency/examples/orderservice"
@@ -117,13 +97,9 @@ func main() {
 
 func consume(args []string) (err error) {
 	fs := flag.NewFlagSet("orderconsumer", flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: orderconsumer [flags]\n       orderconsumer publish [flags] BODY\n\nConsumes POST /orders bodies from a queue, each message exactly one order\n(-action cancel_order: cancels; -action payment_events: payment providers' events).")
-		fs.PrintDefaults()
-	}
-	broker := fs.String("broker", "nats://127.0.0.1:4222", "broker: nats://HOST:PORT or amqp://USER:PASS@HOST:PORT/")
+	broker := fs.String("broker", "nats://127.0.0.1:4222", "broker `URL`: nats://HOST:PORT or amqp://USER:PASS@HOST:PORT/")
 	dbURL := fs.String("db", "sqlite://orders.db", dburl.Usage)
-	modeName := fs.String("mode", "claim-first", "recording mode: claim-first or single-phase")
+	modeName := fs.String("mode", "claim-first", "recording `MODE`: claim-first or single-phase")
 	batch := fs.Int("batch", 1, "messages committed in one transaction at most")
 	workers := fs.Int("workers", 4, "messages (or batches) done at once")
 	maxDeliveries := fs.Int("max-deliveries", 5, "dead-letter a message whose handler failed on its Nth delivery")
@@ -140,6 +116,7 @@ func consume(args []string) (err error) {
 	webhookSecrets := fs.String("webhook-secret", "", "payment_events: Standard Webhooks signing `SECRETS` (whsec_…, comma-separated while one is rolled), the webhook's")
 	webhookTolerance := fs.Duration("webhook-tolerance", 0, "payment_events: how far webhook-timestamp may be from now; 0 checks the signature only, so that a backlog is never dead-lettered as stale")
 	topo := topologyFlags(fs)
+	help.Install(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -206,8 +183,44 @@ func consume(args []string) (err error) {
 				"status", answerStatus(s.Answer), "replayed", s.Answer.Replayed, "delay", s.Delay, "reason", s.Reason, "err", s.Err)
 		},
 	}
-	log.Info("consuming", "action", *action, "broker", *broker, "db", dialect, "mode", *modeName, "batch", *batch, "workers", *workers)
-	return orderqueue.Run(ctx, svc, opts)
+	log.Info("consuming", "action", *action, "broker", dburl.Redact(*broker), "db", dialect, "mode", *modeName, "batch", *batch, "workers", *workers)
+	if err := orderqueue.Run(ctx, svc, opts); err != nil {
+		return brokerError(*broker, err)
+	}
+	return nil
+}
+
+// brokerError names -broker in err, and says what to do when nothing
+// answered there.
+func brokerError(broker string, err error) error {
+	err = fmt.Errorf("-broker %s: %w", dburl.Redact(broker), err)
+	if cli.Unreachable(err) || errors.Is(err, nats.ErrNoServers) {
+		return fmt.Errorf("%w\n  nothing answers at that address: start NATS (with JetStream) or RabbitMQ there, or change -broker", err)
+	}
+	return err
+}
+
+// help is what -h prints: what the consumer needs running, and its flags.
+var help = cli.Help{
+	Usage: "go run ./examples/orderconsumer [flags]\n       go run ./examples/orderconsumer publish [flags] BODY",
+	About: "Consumes POST /orders bodies from a queue, each message exactly one order " +
+		"(-action cancel_order: cancels; -action payment_events: payment providers' Standard Webhooks events), " +
+		"on the same order service and databases as examples/server.",
+	Needs: "a broker at -broker: NATS with JetStream (nats://, the default 127.0.0.1:4222) or RabbitMQ (amqp://). " +
+		"The database is the embedded SQLite file orders.db unless -db names MariaDB/MySQL or PostgreSQL.",
+	Examples: []string{
+		"go run ./examples/orderconsumer -broker nats://127.0.0.1:4222",
+		"go run ./examples/orderconsumer -broker amqp://guest:guest@127.0.0.1:5672/ -db 'mysql://root@tcp(127.0.0.1:3306)/test'",
+		"go run ./examples/orderconsumer publish -broker nats://127.0.0.1:4222 -user 7 -key demo-1 -reply '{\"user_id\":7,\"sku_id\":20001,\"quantity\":1}'",
+	},
+	Groups: []cli.Group{
+		cli.Flags("Broker", "broker", "action", "stream", "subject", "durable", "queue"),
+		cli.Flags("Delivery", "workers", "batch", "max-deliveries", "retry-delay", "ack-wait"),
+		cli.Flags("Database", "db"),
+		cli.Flags("Idempotency", "mode", "lease", "retention", "in-flight-wait", "reconcile-interval", "purge-interval", "handler-delay"),
+		cli.Flags("Payment events (-action payment_events)", "webhook-secret", "webhook-tolerance"),
+		cli.Flags("Logging", "log-level"),
+	},
 }
 
 // topologyFlags adds the flags that name the subject, stream and queue,

@@ -48,6 +48,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/orderguard/idempotency/examples/internal/cli"
 	"github.com/orderguard/idempotency/examples/internal/dburl"
 	"github.com/orderguard/idempotency/payment/alipay"
 	idemstandard "github.com/orderguard/idempotency/payment/standard"
@@ -66,7 +67,7 @@ func main() {
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			os.Exit(2)
+			return // -h: the help is printed
 		}
 		fmt.Fprintln(os.Stderr, "paysim:", err)
 		os.Exit(1)
@@ -84,35 +85,36 @@ type options struct {
 	secrets   map[string]*string // by provider; Alipay's and WeChat Pay's are key files
 }
 
+// help is what -h prints: what the simulator needs running, and its flags.
+var help = cli.Help{
+	Usage: "go run ./examples/paysim [flags]",
+	About: "Plays payment providers (Standard Webhooks, Stripe, Alipay, WeChat Pay v3) against the example order service " +
+		"and prints what their callbacks did. Exits 1 if the service applied an event twice, accepted a forgery, " +
+		"or left an order off the state its acknowledged events make it.",
+	Needs: "nothing by default: the service runs in-process on SQLite in a temporary directory (or on -db). " +
+		"With -server URL it plays against a running examples/server instead, which must serve the webhook routes " +
+		"with the secrets given here: -webhook-secret, -stripe-webhook-secret, -alipay-private-key (the private half " +
+		"of its -alipay-public-key) with its -alipay-app-id (and -alipay-seller-id), and -wechatpay-private-key (the " +
+		"private half of its -wechatpay-public-key) with its -wechatpay-serial and -wechatpay-apiv3-key, for the " +
+		"providers in -providers. Give -db (the server's own -db) to count double applications and anomalies from its " +
+		"database; without it they are counted from GET /orders (refunded_cents).",
+	Examples: []string{"go run ./examples/paysim -naive", "go run ./examples/paysim -server http://127.0.0.1:8080 -db sqlite://orders.db -webhook-secret whsec_…"},
+	Groups: []cli.Group{
+		cli.Flags("Service", "server", "db", "naive", "naive-db", "providers"),
+		cli.Flags("Provider secrets (the server's, with -server; fresh ones in-process)",
+			"webhook-secret", "stripe-webhook-secret", "alipay-private-key", "alipay-app-id", "alipay-seller-id",
+			"wechatpay-private-key", "wechatpay-serial", "wechatpay-apiv3-key"),
+		cli.Flags("Scenario", "orders", "concurrency", "seed", "duplicate-rate", "concurrent-rate", "refund-rate", "full-refund-rate",
+			"refund-first-rate", "cancel-rate", "forge-rate", "stale-rate", "lost-answer-rate"),
+		cli.Flags("Provider retries", "tries", "retry-base"),
+	},
+}
+
 func parseFlags(args []string, stderr io.Writer) (options, error) {
 	o := options{Config: DefaultConfig(), secrets: map[string]*string{}}
 	c := &o.Config
 	fs := flag.NewFlagSet("paysim", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, `Usage: paysim [flags]
-
-Plays payment providers (Standard Webhooks, Stripe, Alipay, WeChat Pay v3)
-against the example order service and prints what their callbacks did.
-Exits 1 if the service applied an event twice, accepted a forgery, or left
-an order off the state its acknowledged events make it.
-
-Needs nothing running by default: the service runs in-process on SQLite in a
-temporary directory (or on -db). With -server URL it plays against a running
-examples/server instead, which must serve the webhook routes with the
-secrets given here: -webhook-secret, -stripe-webhook-secret,
--alipay-private-key (the private half of its -alipay-public-key) with its
--alipay-app-id (and -alipay-seller-id), and -wechatpay-private-key (the
-private half of its -wechatpay-public-key) with its -wechatpay-serial and
--wechatpay-apiv3-key, for the providers in -providers. Give -db (the
-server's own -db) to count double applications and anomalies from its
-database; without it they are counted from GET /orders (refunded_cents),
-where the server shows it.
-
-Flags:
-`)
-		fs.PrintDefaults()
-	}
 	fs.StringVar(&o.server, "server", "", "base `URL` of a running example server; empty: serve the example service in-process")
 	fs.StringVar(&o.db, "db", "", "in-process: the service's "+dburl.Usage+" (default: sqlite:// in a temp dir); with -server: the server's database, read to count")
 	fs.BoolVar(&o.naive, "naive", false, "also run the naive look-up-then-insert handler in-process and count its double applications")
@@ -140,6 +142,7 @@ Flags:
 	fs.IntVar(&c.Tries, "tries", c.Tries, "deliveries of one event before the provider gives up, the first included")
 	fs.DurationVar(&c.RetryBase, "retry-base", c.RetryBase, "first retry delay of the provider's schedule, doubled on each retry")
 	fs.Uint64Var(&c.Seed, "seed", c.Seed, "seed of the orders, the scenarios and the injected faults")
+	help.Install(fs)
 	err := fs.Parse(args)
 	if err != nil {
 		return o, err

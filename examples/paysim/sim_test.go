@@ -323,8 +323,11 @@ func TestFlags(t *testing.T) {
 	if _, err := parseFlags([]string{"-h"}, &stderr); !errors.Is(err, flag.ErrHelp) {
 		t.Fatalf("-h: %v", err)
 	}
-	if !strings.Contains(stderr.String(), "Needs nothing running") || !strings.Contains(stderr.String(), "-server") {
+	if !strings.Contains(stderr.String(), "Needs: nothing by default") || !strings.Contains(stderr.String(), "-server") {
 		t.Errorf("-h does not say what must run:\n%s", stderr.String())
+	}
+	if strings.Contains(stderr.String(), "\nOther:\n") {
+		t.Errorf("-h lists flags in no group of help:\n%s", stderr.String())
 	}
 	if _, err := parseFlags([]string{"-server", "http://127.0.0.1:1", "-providers", "standard"}, &stderr); err == nil || !strings.Contains(err.Error(), "secret") {
 		t.Errorf("-server without secrets: %v, want an error naming the secret", err)
