@@ -13,7 +13,7 @@ import (
 // transient" table: per row, its server, codes and verdict.
 func readmeTransientTable(t *testing.T) (rows [][3]string) {
 	t.Helper()
-	raw, err := os.ReadFile("README.md")
+	raw, err := os.ReadFile("docs/http.md")
 	require.NoError(t, err)
 	_, after, found := strings.Cut(string(raw), "**Which database errors are transient.**")
 	require.True(t, found, "the README has the table")

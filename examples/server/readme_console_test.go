@@ -17,21 +17,24 @@ import (
 
 // mdBlock is one fenced block of a Markdown document.
 type mdBlock struct {
+	file    string // the document's path from the repository's root: "README.md", "docs/http.md"
 	lang    string // the fence's info string
 	text    string // the lines between the fences, each ending in \n
 	line    int    // the line of the opening fence, from 1
 	section string // the last "## " heading before it
+	heading string // the last "## " or "### " heading before it
 }
 
-// markdownBlocks returns the fenced blocks of md in order.
-func markdownBlocks(md string) []mdBlock {
+// markdownBlocks returns the fenced blocks of md, the document file, in
+// order.
+func markdownBlocks(file, md string) []mdBlock {
 	var blocks []mdBlock
 	var cur *mdBlock
-	section := ""
+	section, heading := "", ""
 	for i, line := range strings.Split(md, "\n") {
 		switch {
 		case cur == nil && strings.HasPrefix(line, "```"):
-			cur = &mdBlock{lang: strings.TrimSpace(strings.TrimPrefix(line, "```")), line: i + 1, section: section}
+			cur = &mdBlock{file: file, lang: strings.TrimSpace(strings.TrimPrefix(line, "```")), line: i + 1, section: section, heading: heading}
 		case cur != nil && strings.TrimSpace(line) == "```":
 			blocks = append(blocks, *cur)
 			cur = nil
@@ -39,6 +42,9 @@ func markdownBlocks(md string) []mdBlock {
 			cur.text += line + "\n"
 		case strings.HasPrefix(line, "## "):
 			section = strings.TrimPrefix(line, "## ")
+			heading = section
+		case strings.HasPrefix(line, "### "):
+			heading = strings.TrimPrefix(line, "### ")
 		}
 	}
 	return blocks
@@ -46,7 +52,8 @@ func markdownBlocks(md string) []mdBlock {
 
 // consoleCommand is one command of a console block and what it prints.
 type consoleCommand struct {
-	line   int    // the README line of its "$ "
+	file   string // the document it is in
+	line   int    // the document's line of its "$ "
 	source string // as typed, continuations joined
 	output string // the lines shown after it, each ending in \n
 }
@@ -60,12 +67,12 @@ func parseConsole(b mdBlock) ([]consoleCommand, error) {
 		line := lines[i]
 		if !strings.HasPrefix(line, "$ ") {
 			if len(cmds) == 0 {
-				return nil, fmt.Errorf("README line %d: a console block starts with a \"$ \" command, not %q", b.line+1+i, line)
+				return nil, fmt.Errorf("%s line %d: a console block starts with a \"$ \" command, not %q", b.file, b.line+1+i, line)
 			}
 			cmds[len(cmds)-1].output += line + "\n"
 			continue
 		}
-		c := consoleCommand{line: b.line + 1 + i, source: strings.TrimPrefix(line, "$ ")}
+		c := consoleCommand{file: b.file, line: b.line + 1 + i, source: strings.TrimPrefix(line, "$ ")}
 		for strings.HasSuffix(c.source, `\`) && i+1 < len(lines) {
 			i++
 			c.source = strings.TrimSuffix(c.source, `\`) + "\n" + lines[i]

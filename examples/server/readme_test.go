@@ -1,13 +1,18 @@
 package main
 
-// The README cannot drift from the server: TestReadme_ConsoleBlocks runs
-// every ```console block of README.md in order, as a newcomer following it
-// would, against the real server binary, and compares each command's output
-// with what the README shows: for curl -i the status line, every header but
-// Date (which the README leaves out) and the body; for curl -s the body; for
-// echo $? the exit status curl would have had. Then it makes the MCP call of
-// the README's MCP section through the real mcpserver over stdio and
-// compares its result.
+// The README and the guides cannot drift from the server:
+// TestReadme_ConsoleBlocks runs every ```console block of README.md and of
+// each guide in docs/ (see readmeDocuments), each document in order and on
+// its own fresh servers and databases, as a newcomer following it would,
+// against the real server binary (and the real queue consumer and idemctl
+// where a document runs them: readme_console_queue_test.go,
+// readme_console_idemctl_test.go), and compares each command's output with
+// what the document shows: for curl -i the status line, every header but
+// Date (which the documents leave out) and the body; for curl -s the body;
+// for echo $? the exit status curl would have had. Then it makes the MCP
+// call of docs/agents.md through the real mcpserver over stdio and compares
+// its result. A ```sh or ```text block is shown, never run: a command a
+// guide promises to work belongs in a console block.
 //
 // What differs from the README, explicitly and narrowly:
 //   - `go run ./examples/server ARGS &` starts the built binary (built once,
@@ -65,42 +70,99 @@ import (
 // readmeRedisTimeout bounds the README servers' Redis calls (see above).
 const readmeRedisTimeout = "5s"
 
-const readmePath = "../../README.md"
+// repoRoot is the repository's root, from this package's directory.
+const repoRoot = "../.."
+
+// readmeDocuments are the documents whose console blocks run: README.md,
+// then every guide in docs/, in the order of their names. Each runs as a
+// reader who opens it alone would run it: on fresh servers, databases,
+// ports and working directory (a guide starts the servers it needs).
+func readmeDocuments(t *testing.T) []string {
+	t.Helper()
+	guides, err := filepath.Glob(filepath.Join(repoRoot, "docs", "*.md"))
+	require.NoError(t, err)
+	docs := []string{"README.md"}
+	for _, g := range guides {
+		docs = append(docs, "docs/"+filepath.Base(g))
+	}
+	return docs
+}
+
+// readmeRequiredBlocks are the console blocks that must stay, by
+// document and heading: a document that lost its blocks must not pass by
+// running nothing.
+var readmeRequiredBlocks = []struct {
+	file, heading string
+	atLeast       int
+}{
+	{"README.md", "A first order, its retry, a changed retry", 1},
+	{"README.md", "A first gRPC call, a first consumed message", 1},
+	{"docs/queues.md", "Try it", 1},
+	{"docs/getting-started.md", "Walkthrough", 5},
+	{"docs/operations.md", "Prometheus", 1},
+	{"docs/operations.md", "Operator CLI", 1},
+	{"docs/scaling.md", "Try it: two instances, one Redis", 1},
+}
+
+// readmeMCPDocument holds the MCP tool server's commands and its
+// create_order call, which the test makes through the real mcpserver.
+const readmeMCPDocument = "docs/agents.md"
 
 func TestReadme_ConsoleBlocks_AnswerAsShown(t *testing.T) {
 	t.Parallel()
-	md, err := os.ReadFile(readmePath)
-	require.NoError(t, err)
-	blocks := markdownBlocks(string(md))
-	var console []mdBlock
-	for _, b := range blocks {
-		if b.lang == "console" {
-			console = append(console, b)
+	type document struct {
+		file    string
+		console []mdBlock
+	}
+	var docs []document
+	found := map[[2]string]int{}
+	var mcpCall, mcpResult mdBlock
+	var mcpKeyIDs [2]string
+	var mcpRun []consoleCommand
+	for _, file := range readmeDocuments(t) {
+		md, err := os.ReadFile(filepath.Join(repoRoot, file))
+		require.NoError(t, err)
+		blocks := markdownBlocks(file, string(md))
+		d := document{file: file}
+		for _, b := range blocks {
+			if b.lang == "console" {
+				d.console = append(d.console, b)
+				found[[2]string{file, b.heading}]++
+			}
+		}
+		docs = append(docs, d)
+		if file == readmeMCPDocument {
+			mcpCall, mcpResult, mcpKeyIDs = readmeMCPExample(t, string(md), blocks)
+			mcpRun = readmeMCPRun(t, blocks)
 		}
 	}
-	// The walkthrough and the Redis section's two instances at least: a
-	// README that lost its blocks must not pass by running nothing.
-	sections := map[string]int{}
-	for _, b := range console {
-		sections[b.section]++
+	for _, want := range readmeRequiredBlocks {
+		require.GreaterOrEqual(t, found[[2]string{want.file, want.heading}], want.atLeast,
+			"console blocks in %s under %q", want.file, want.heading)
 	}
-	require.GreaterOrEqual(t, sections["Walkthrough"], 5, "console blocks in the Walkthrough")
-	require.GreaterOrEqual(t, sections["Redis pre-filter (optional)"], 1, "console blocks in the Redis section")
-	mcpCall, mcpResult, mcpKeyIDs := readmeMCPExample(t, string(md), blocks)
-	mcpRun := readmeMCPRun(t, blocks)
+	require.NotNil(t, mcpRun, "%s: the MCP tool server's commands", readmeMCPDocument)
 
 	for _, variant := range []string{"sqlite", "mysql", "postgres"} {
 		t.Run(variant, func(t *testing.T) {
 			t.Parallel()
-			r := newReadmeRun(t, variant)
-			for _, b := range console {
-				cmds, err := parseConsole(b)
-				require.NoError(t, err)
-				for _, c := range cmds {
-					r.run(c)
+			for _, d := range docs {
+				if len(d.console) == 0 && d.file != readmeMCPDocument {
+					continue
 				}
+				t.Run(strings.TrimSuffix(filepath.Base(d.file), ".md"), func(t *testing.T) {
+					r := newReadmeRun(t, variant)
+					for _, b := range d.console {
+						cmds, err := parseConsole(b)
+						require.NoError(t, err)
+						for _, c := range cmds {
+							r.run(c)
+						}
+					}
+					if d.file == readmeMCPDocument {
+						r.mcp(mcpRun, mcpCall, mcpResult, mcpKeyIDs)
+					}
+				})
 			}
-			r.mcp(mcpRun, mcpCall, mcpResult, mcpKeyIDs)
 		})
 	}
 }
@@ -112,9 +174,9 @@ func readmeMCPExample(t *testing.T, md string, blocks []mdBlock) (call, result m
 	t.Helper()
 	for i, b := range blocks {
 		if b.lang == "json" && strings.Contains(b.text, `"tool": "create_order"`) {
-			require.Less(t, i+1, len(blocks), "README line %d: the MCP call's result block", b.line)
+			require.Less(t, i+1, len(blocks), "%s line %d: the MCP call's result block", b.file, b.line)
 			call, result = b, blocks[i+1]
-			require.Equal(t, "json", result.lang, "README line %d: the MCP call's result is the next json block", result.line)
+			require.Equal(t, "json", result.lang, "%s line %d: the MCP call's result is the next json block", result.file, result.line)
 			break
 		}
 	}
@@ -122,7 +184,7 @@ func readmeMCPExample(t *testing.T, md string, blocks []mdBlock) (call, result m
 	lines := strings.Split(md, "\n")
 	before := strings.Join(lines[max(0, call.line-6):call.line], "\n")
 	m := regexp.MustCompile(`client\.KeyFor\("([^"]+)", "([^"]+)"\)`).FindStringSubmatch(before)
-	require.NotNil(t, m, "README line %d: the text before the MCP call names the key as client.KeyFor(\"run\", \"call\")", call.line)
+	require.NotNil(t, m, "%s line %d: the text before the MCP call names the key as client.KeyFor(\"run\", \"call\")", call.file, call.line)
 	return call, result, [2]string{m[1], m[2]}
 }
 
@@ -136,8 +198,8 @@ func readmeMCPRun(t *testing.T, blocks []mdBlock) []consoleCommand {
 			continue
 		}
 		lines := strings.Split(b.text, "\n")
-		require.GreaterOrEqual(t, len(lines), 2, "README line %d", b.line)
-		return []consoleCommand{{line: b.line + 1, source: lines[0]}, {line: b.line + 2, source: lines[1]}}
+		require.GreaterOrEqual(t, len(lines), 2, "%s line %d", b.file, b.line)
+		return []consoleCommand{{file: b.file, line: b.line + 1, source: lines[0]}, {file: b.file, line: b.line + 2, source: lines[1]}}
 	}
 	t.Fatal("the README's MCP section shows how to run the order API and the MCP server (go run ./examples/mcpserver -api …)")
 	return nil
@@ -151,6 +213,9 @@ type readmeRun struct {
 	dir     string // the servers' working directory (./orders.db)
 	redis   struct {
 		addr, prefix string
+	}
+	queue struct { // the consumer's broker, stream and subject (readme_console_queue_test.go)
+		broker, stream, subject string
 	}
 
 	ports   map[string]string        // README port → the test's host:port
@@ -186,7 +251,7 @@ func (r *readmeRun) run(c consoleCommand) {
 	t := r.t
 	t.Helper()
 	pipelines, err := shellParse(c.source)
-	require.NoError(t, err, "README line %d", c.line)
+	require.NoError(t, err, "%s line %d", c.file, c.line)
 	var out strings.Builder
 	for _, p := range pipelines {
 		out.WriteString(r.pipeline(c, p))
@@ -194,8 +259,8 @@ func (r *readmeRun) run(c consoleCommand) {
 	want := c.output
 	got := out.String()
 	ok, why := r.orders.match(want, got)
-	require.True(t, ok, "README line %d: `%s`\nthe README shows:\n%s\nthe server's answer prints:\n%s\n%s",
-		c.line, c.source, want, got, why)
+	require.True(t, ok, "%s line %d: `%s`\nthe document shows:\n%s\nthe server's answer prints:\n%s\n%s",
+		c.file, c.line, c.source, want, got, why)
 }
 
 // pipeline runs one pipeline and returns what it prints.
@@ -205,12 +270,28 @@ func (r *readmeRun) pipeline(c consoleCommand, p shellPipeline) string {
 	first := p.commands[0]
 	switch {
 	case len(first) >= 3 && first[0] == "go" && first[1] == "run" && first[2] == "./examples/server":
-		require.True(t, p.background, "README line %d: the server runs in the background (&)", c.line)
-		require.Len(t, p.commands, 1, "README line %d", c.line)
+		require.True(t, p.background, "%s line %d: the server runs in the background (&)", c.file, c.line)
+		require.Len(t, p.commands, 1, "%s line %d", c.file, c.line)
 		r.startServer(c, first[3:])
 		return ""
+	case len(first) >= 3 && first[0] == "go" && first[1] == "run" && first[2] == "./examples/orderconsumer":
+		require.Len(t, p.commands, 1, "%s line %d", c.file, c.line)
+		if len(first) > 3 && first[3] == "publish" {
+			require.False(t, p.background, "%s line %d: the publisher runs in the foreground", c.file, c.line)
+			return r.publish(c, first[4:])
+		}
+		require.True(t, p.background, "%s line %d: the consumer runs in the background (&)", c.file, c.line)
+		r.startConsumer(c, first[3:])
+		return ""
+	case len(first) >= 3 && first[0] == "go" && first[1] == "run" && first[2] == "./cmd/idemctl":
+		require.False(t, p.background, "%s line %d: idemctl runs in the foreground", c.file, c.line)
+		out := r.idemctl(c, first[3:])
+		for _, next := range p.commands[1:] {
+			out = r.grep(c, next, out)
+		}
+		return out
 	case p.background:
-		t.Fatalf("README line %d: only the server runs in the background, not %q", c.line, first)
+		t.Fatalf("%s line %d: only the server runs in the background, not %q", c.file, c.line, first)
 	case first[0] == "curl":
 		out := r.curl(c, first)
 		for _, next := range p.commands[1:] {
@@ -218,17 +299,17 @@ func (r *readmeRun) pipeline(c consoleCommand, p shellPipeline) string {
 		}
 		return out
 	case len(p.commands) > 1:
-		t.Fatalf("README line %d: a pipeline from %q", c.line, first)
+		t.Fatalf("%s line %d: a pipeline from %q", c.file, c.line, first)
 	case first[0] == "echo" && len(first) == 2 && first[1] == "$?":
 		return strconv.Itoa(r.status) + "\n"
 	case first[0] == "sleep" && len(first) == 2:
 		d, err := strconv.ParseFloat(first[1], 64)
-		require.NoError(t, err, "README line %d", c.line)
+		require.NoError(t, err, "%s line %d", c.file, c.line)
 		time.Sleep(time.Duration(d * float64(time.Second))) // what the README tells the reader to do
 		r.status = 0
 		return ""
 	}
-	t.Fatalf("README line %d: readme_test.go cannot run %q: teach it, or show the README something it runs", c.line, first)
+	t.Fatalf("%s line %d: readme_test.go cannot run %q: teach it, or show the README something it runs", c.file, c.line, first)
 	return ""
 }
 
@@ -243,12 +324,12 @@ func (r *readmeRun) startServer(c consoleCommand, args []string) {
 	for i := 0; i < len(args); i++ {
 		name := strings.TrimLeft(args[i], "-")
 		if i+1 >= len(args) && (name == "addr" || name == "db" || name == "redis") {
-			t.Fatalf("README line %d: %s needs a value", c.line, args[i])
+			t.Fatalf("%s line %d: %s needs a value", c.file, c.line, args[i])
 		}
 		switch name {
 		case "addr":
 			_, p, err := net.SplitHostPort(args[i+1])
-			require.NoError(t, err, "README line %d: -addr", c.line)
+			require.NoError(t, err, "%s line %d: -addr", c.file, c.line)
 			port = p
 			i++
 		case "db":
@@ -270,7 +351,7 @@ func (r *readmeRun) startServer(c consoleCommand, args []string) {
 	cmd := exec.Command(bin, full...)
 	cmd.Dir = r.dir
 	cmd.Stdout, cmd.Stderr = r.logs, r.logs
-	fmt.Fprintf(r.logs, "=== README line %d: server %q\n", c.line, full)
+	fmt.Fprintf(r.logs, "=== %s line %d: server %q\n", c.file, c.line, full)
 	require.NoError(t, cmd.Start())
 	s := &readmeServer{cmd: cmd, done: make(chan struct{})}
 	r.servers[port] = s
@@ -282,7 +363,8 @@ func (r *readmeRun) startServer(c consoleCommand, args []string) {
 	r.waitReady(c, port, s)
 }
 
-// readmeServer is one server process the README started.
+// readmeServer is one server process the document started (a consumer
+// too).
 type readmeServer struct {
 	cmd  *exec.Cmd
 	done chan struct{} // closed when it has ended
@@ -297,7 +379,7 @@ func (r *readmeRun) waitReady(c consoleCommand, port string, s *readmeServer) {
 	for time.Now().Before(deadline) {
 		select {
 		case <-s.done:
-			t.Fatalf("README line %d: the server exited before it answered /healthz: %v", c.line, s.err)
+			t.Fatalf("%s line %d: the server exited before it answered /healthz: %v", c.file, c.line, s.err)
 		default:
 		}
 		resp, err := hc.Get("http://" + r.addr(port) + "/healthz")
@@ -310,7 +392,7 @@ func (r *readmeRun) waitReady(c consoleCommand, port string, s *readmeServer) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	t.Fatalf("README line %d: the server did not answer /healthz within 30s", c.line)
+	t.Fatalf("%s line %d: the server did not answer /healthz within 30s", c.file, c.line)
 }
 
 // stop ends the server on a README port as Ctrl-C does, and waits for it.
@@ -405,16 +487,16 @@ func (r *readmeRun) curl(c consoleCommand, words []string) string {
 	t := r.t
 	t.Helper()
 	call, err := parseCurl(words)
-	require.NoError(t, err, "README line %d", c.line)
+	require.NoError(t, err, "%s line %d", c.file, c.line)
 	_, port, err := net.SplitHostPort(call.hostPort)
-	require.NoError(t, err, "README line %d: the URL's host:port", c.line)
-	require.Contains(t, []string{"localhost", "127.0.0.1"}, strings.Split(call.hostPort, ":")[0], "README line %d", c.line)
+	require.NoError(t, err, "%s line %d: the URL's host:port", c.file, c.line)
+	require.Contains(t, []string{"localhost", "127.0.0.1"}, strings.Split(call.hostPort, ":")[0], "%s line %d", c.file, c.line)
 	path, err := r.orders.substitute(call.path)
-	require.NoError(t, err, "README line %d", c.line)
+	require.NoError(t, err, "%s line %d", c.file, c.line)
 	var body io.Reader
 	if call.data != nil {
 		d, err := r.orders.substitute(*call.data)
-		require.NoError(t, err, "README line %d", c.line)
+		require.NoError(t, err, "%s line %d", c.file, c.line)
 		body = strings.NewReader(d)
 	}
 	req, err := http.NewRequest(call.method, "http://"+r.addr(port)+path, body)
@@ -439,7 +521,7 @@ func (r *readmeRun) curl(c consoleCommand, words []string) string {
 		r.status = 7
 		return ""
 	}
-	require.NoError(t, err, "README line %d", c.line)
+	require.NoError(t, err, "%s line %d", c.file, c.line)
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
@@ -460,7 +542,7 @@ func (r *readmeRun) curl(c consoleCommand, words []string) string {
 func (r *readmeRun) grep(c consoleCommand, words []string, text string) string {
 	t := r.t
 	t.Helper()
-	require.True(t, len(words) == 2 && words[0] == "grep", "README line %d: readme_test.go pipes only into grep PATTERN, not %q", c.line, words)
+	require.True(t, len(words) == 2 && words[0] == "grep", "%s line %d: readme_test.go pipes only into grep PATTERN, not %q", c.file, c.line, words)
 	re, err := regexp.Compile(regexp.QuoteMeta(words[1]))
 	require.NoError(t, err)
 	var out strings.Builder
@@ -486,21 +568,21 @@ func (r *readmeRun) mcp(run []consoleCommand, call, result mdBlock, keyIDs [2]st
 		Tool      string         `json:"tool"`
 		Arguments map[string]any `json:"arguments"`
 	}
-	require.NoError(t, json.Unmarshal([]byte(call.text), &in), "README line %d", call.line)
+	require.NoError(t, json.Unmarshal([]byte(call.text), &in), "%s line %d", call.file, call.line)
 	require.Equal(t, client.KeyFor(keyIDs[0], keyIDs[1]), in.Arguments["idempotency_key"],
-		"README line %d: the key shown is client.KeyFor(%q, %q)", call.line, keyIDs[0], keyIDs[1])
+		"%s line %d: the key shown is client.KeyFor(%q, %q)", call.file, call.line, keyIDs[0], keyIDs[1])
 
 	r.run(run[0]) // the order API
 	pipelines, err := shellParse(run[1].source)
-	require.NoError(t, err, "README line %d", run[1].line)
+	require.NoError(t, err, "%s line %d", run[1].file, run[1].line)
 	words := pipelines[0].commands[0]
 	require.True(t, len(pipelines) == 1 && !pipelines[0].background && len(words) >= 3 && words[0] == "go" && words[1] == "run" && words[2] == "./examples/mcpserver",
-		"README line %d: go run ./examples/mcpserver ARGS, not %q", run[1].line, run[1].source)
+		"%s line %d: go run ./examples/mcpserver ARGS, not %q", run[1].file, run[1].line, run[1].source)
 	args := slices.Clone(words[3:])
 	for i := range args {
 		if args[i] == "-api" && i+1 < len(args) {
 			_, port, err := net.SplitHostPort(strings.TrimPrefix(args[i+1], "http://"))
-			require.NoError(t, err, "README line %d: -api", run[1].line)
+			require.NoError(t, err, "%s line %d: -api", run[1].file, run[1].line)
 			args[i+1] = "http://" + r.addr(port)
 		}
 	}
@@ -518,14 +600,14 @@ func (r *readmeRun) mcp(run []consoleCommand, call, result mdBlock, keyIDs [2]st
 	require.NoError(t, err)
 	got, err := json.Marshal(res.StructuredContent)
 	require.NoError(t, err)
-	require.False(t, res.IsError, "README line %d: the call fails: %s", call.line, got)
+	require.False(t, res.IsError, "%s line %d: the call fails: %s", call.file, call.line, got)
 
 	var want any
-	require.NoError(t, json.Unmarshal([]byte(result.text), &want), "README line %d", result.line)
+	require.NoError(t, json.Unmarshal([]byte(result.text), &want), "%s line %d", result.file, result.line)
 	wantJSON, err := json.Marshal(want) // keys sorted, as got's
 	require.NoError(t, err)
 	ok, why := r.orders.match(string(wantJSON), string(got))
-	require.True(t, ok, "README line %d: the README shows the result\n%s\nthe call returned\n%s\n%s", result.line, wantJSON, got, why)
+	require.True(t, ok, "%s line %d: the README shows the result\n%s\nthe call returned\n%s\n%s", result.file, result.line, wantJSON, got, why)
 }
 
 // mcpServerBinary builds examples/mcpserver once per test binary run.
