@@ -37,7 +37,7 @@ type serverError struct {
 // mysqlErrors classifies MySQL's, MariaDB's, Galera's, Group Replication's
 // and TiDB's error numbers. A number not listed is not transient: a
 // constraint, a bug in the statement, a permission, bad data. Some refusals
-// are listed for the record. The README's "Which database errors are
+// are listed for the record. docs/http.md's "Which database errors are
 // transient" is this table.
 var mysqlErrors = map[uint16]serverError{
 	// A conflict with another transaction: this one was rolled back, and
@@ -112,7 +112,7 @@ var mysqlErrors = map[uint16]serverError{
 // lib/pq's *pq.Error): matching the method rather than a driver type keeps
 // the drivers out of this module's dependencies. A five-character code's
 // row overrides its class's (its first two characters); a code whose class
-// is not listed is not transient. The README's "Which database errors are
+// is not listed is not transient. docs/http.md's "Which database errors are
 // transient" is this table.
 var sqlStates = map[string]serverError{
 	"08": {transient: true, lost: true, why: "connection exception: the connection failed or was refused"},

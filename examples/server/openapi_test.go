@@ -50,7 +50,7 @@ var openAPIProblemKinds = []string{
 	"duplicate-order",
 }
 
-// openAPIRetryable is the README's "Which answers to retry" for a problem
+// openAPIRetryable is docs/http.md's "Which answers to retry" for a problem
 // answer: in-progress and every 503, nothing else.
 func openAPIRetryable(status int, kind string) bool {
 	return kind == idempotency.ProblemInProgress || status == http.StatusServiceUnavailable

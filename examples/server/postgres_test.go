@@ -1,7 +1,7 @@
 package main
 
 // The example server on PostgreSQL, as a user runs it: the real binary with
-// -db postgres://… on a fresh schema (search_path in the URL), the README's
+// -db postgres://… on a fresh schema (search_path in the URL), docs/getting-started.md's
 // walkthrough, the reconciler's backfill, and the crash tests of
 // crash_test.go.
 
@@ -38,7 +38,7 @@ func TestPostgres_RandomKill9_NoDuplicateNoLostAcknowledgedOrderAndEveryKeyAnswe
 	testRandomKill9(t, crashPostgres)
 }
 
-// walkthroughCall is one of the README walkthrough's curl commands.
+// walkthroughCall is one of the walkthrough's (docs/getting-started.md) curl commands.
 type walkthroughCall struct {
 	method, path, user, key, body string
 }
@@ -78,7 +78,7 @@ func exchange(client *http.Client, req *http.Request) crashAnswer {
 	return crashAnswer{status: resp.StatusCode, header: resp.Header, body: body}
 }
 
-// TestPostgres_ReadmeWalkthrough_AnswersAsOnSQLiteAndMySQL runs the README's
+// TestPostgres_ReadmeWalkthrough_AnswersAsOnSQLiteAndMySQL runs docs/getting-started.md's
 // walkthrough against go run ./examples/server -db postgres://… and checks
 // the answers it prints: status, headers and bodies (order numbers are
 // random).
@@ -86,7 +86,7 @@ func TestPostgres_ReadmeWalkthrough_AnswersAsOnSQLiteAndMySQL(t *testing.T) {
 	t.Parallel()
 	db, dbURL := pgtest.Postgres(t)
 	// The server's defaults (-lease 30s, -reconcile-interval 5s), as the
-	// README runs it.
+	// walkthrough runs it.
 	srv := newCrashServer(t, dbURL, "claim-first", "-lease", "30s", "-reconcile-interval", "5s")
 	srv.start("")
 	client := &http.Client{Timeout: 10 * time.Second}
@@ -170,7 +170,7 @@ func TestPostgres_ReadmeWalkthrough_AnswersAsOnSQLiteAndMySQL(t *testing.T) {
 	require.Equal(t, 1, orders)
 }
 
-// The README's incident on PostgreSQL: a slow order, a client that gives up,
+// The walkthrough's incident on PostgreSQL: a slow order, a client that gives up,
 // an immediate retry told the first attempt is still running (as on MySQL:
 // PostgreSQL has row locks, not one writer), and the next retry replaying
 // the order the first attempt committed after its client left.

@@ -26,10 +26,10 @@ package main
 // second (a two-core VM measured at 21 ms each, pgbench -C, no Go) cannot
 // refill a pool of 25 between cuts 275 ms apart: there PostgreSQL
 // completes 3–6 % of MariaDB's actions, while on a machine where a
-// connection took 3.6 ms it completed 72–397 % (README, "PostgreSQL
+// connection took 3.6 ms it completed 72–397 % (docs/storage.md, "PostgreSQL
 // connections"). A spec that asserted the share would assert the machine.
 // The second run puts PgBouncer (transaction pooling) between the cut
-// links and PostgreSQL, the answer the README gives for such a server: on
+// links and PostgreSQL, the answer docs/storage.md gives for such a server: on
 // that VM it completed 13–37 % of MariaDB's actions to the direct run's 4 %.
 // It needs the pgbouncer binary; it is skipped without one unless
 // IDEMPOTENCY_REQUIRE_PGBOUNCER=1, as in CI. Debian's PgBouncer 1.18 can
@@ -216,7 +216,7 @@ func resetsPgBouncer(t *testing.T) *resetsEngine {
 	db := postgres.OpenDB(b.Direct)
 	t.Cleanup(func() { db.Close() })
 	// Migrations take a session advisory lock: directly, never through
-	// transaction pooling (README, "PostgreSQL connections").
+	// transaction pooling (docs/storage.md, "PostgreSQL connections").
 	require.NoError(t, orderservice.Setup(t.Context(), db, "postgres"))
 	u, err := url.Parse(b.URL)
 	require.NoError(t, err)
