@@ -5,7 +5,11 @@
 //	go run ./examples/grpcserver -addr 127.0.0.1:9090 -db 'mysql://root@tcp(127.0.0.1:3306)/test'
 //	go run ./examples/grpcserver -db 'postgres://postgres@127.0.0.1:5432/test?sslmode=disable'
 //
-// Then, with grpcurl (it finds the API by reflection):
+// Then, with its own client (one key, reused on every retry):
+//
+//	go run ./examples/grpcserver call -user 7 -key grpc-demo-1 '{"user_id":7,"sku_id":20001,"quantity":1}'
+//
+// or with grpcurl (it finds the API by reflection):
 //
 //	grpcurl -plaintext -H 'x-user-id: 7' -H 'idempotency-key: grpc-demo-1' \
 //	  -d '{"user_id":7,"sku_id":20001,"quantity":1}' 127.0.0.1:9090 orders.v1.OrderService/CreateOrder
@@ -55,7 +59,17 @@ var help = cli.Help{
 }
 
 func main() {
-	if err := run(os.Args[1:]); err != nil {
+	var err error
+	if args := os.Args[1:]; len(args) > 0 && args[0] == "call" {
+		err = call(args[1:], os.Stdout)
+	} else {
+		err = run(args)
+	}
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+	case errors.Is(err, errCallRefused):
+		os.Exit(1) // what the server said is printed
+	default:
 		fmt.Fprintln(os.Stderr, "grpcserver:", err)
 		os.Exit(1)
 	}

@@ -283,6 +283,15 @@ func (r *readmeRun) pipeline(c consoleCommand, p shellPipeline) string {
 		require.True(t, p.background, "%s line %d: the consumer runs in the background (&)", c.file, c.line)
 		r.startConsumer(c, first[3:])
 		return ""
+	case len(first) >= 3 && first[0] == "go" && first[1] == "run" && first[2] == "./examples/grpcserver":
+		require.Len(t, p.commands, 1, "%s line %d", c.file, c.line)
+		if len(first) > 3 && first[3] == "call" {
+			require.False(t, p.background, "%s line %d: the client runs in the foreground", c.file, c.line)
+			return r.grpcCall(c, first[4:])
+		}
+		require.True(t, p.background, "%s line %d: the gRPC server runs in the background (&)", c.file, c.line)
+		r.startGRPC(c, first[3:])
+		return ""
 	case len(first) >= 3 && first[0] == "go" && first[1] == "run" && first[2] == "./cmd/idemctl":
 		require.False(t, p.background, "%s line %d: idemctl runs in the foreground", c.file, c.line)
 		out := r.idemctl(c, first[3:])
