@@ -82,7 +82,7 @@ func (c connector) connect(ctx context.Context) (driver.Conn, error) {
 			cuts++
 			pause = jitter(5 * time.Millisecond)
 		default:
-			return nil, err
+			return nil, classifyConnect(err)
 		}
 		select {
 		case <-ctx.Done():
