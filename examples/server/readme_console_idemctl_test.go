@@ -7,12 +7,7 @@ package main
 // its exit status is the command's.
 
 import (
-	"fmt"
-	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
-	"syscall"
 
 	"github.com/stretchr/testify/require"
 )
@@ -35,34 +30,5 @@ func (r *readmeRun) idemctl(c consoleCommand, args []string) string {
 		}
 		full = append(full, "--db", r.database(value))
 	}
-	bin, err := idemctlBinary()
-	require.NoError(t, err)
-	cmd := exec.Command(bin, full...)
-	cmd.Dir = r.dir
-	var stdout, stderr strings.Builder
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err = cmd.Run()
-	r.status = 0
-	if err != nil {
-		var exit *exec.ExitError
-		require.ErrorAs(t, err, &exit, "%s line %d", c.file, c.line)
-		r.status = exit.Sys().(syscall.WaitStatus).ExitStatus()
-		fmt.Fprintf(r.logs, "=== %s line %d: idemctl exited %d: %s\n", c.file, c.line, r.status, stderr.String())
-	}
-	return stdout.String()
+	return r.foreground(c, idemctlBinary, full)
 }
-
-// idemctlBinary builds cmd/idemctl once per test binary run.
-var idemctlBinary = sync.OnceValues(func() (string, error) {
-	server, err := crashServerBinary() // its directory is removed at the end
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(filepath.Dir(server), "idemctl")
-	cmd := exec.Command(goTool(), "build", "-o", bin, ".")
-	cmd.Dir = filepath.Join(repoRoot, "cmd", "idemctl")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build idemctl: %v\n%s", err, out)
-	}
-	return bin, nil
-})

@@ -15,14 +15,7 @@ package main
 // as for the server.
 
 import (
-	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
-	"syscall"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -75,57 +68,12 @@ func containsFlag(args []string, name string) bool {
 // startConsumer starts the consumer in the background and waits until it
 // consumes.
 func (r *readmeRun) startConsumer(c consoleCommand, args []string) {
-	t := r.t
-	t.Helper()
-	full := r.consumerArgs(c, args)
-	const key = "orderconsumer"
-	if _, running := r.servers[key]; running {
-		r.stop(key)
-	}
-	bin, err := orderConsumerBinary()
-	require.NoError(t, err)
-	log, err := os.Create(filepath.Join(t.TempDir(), "consumer.log"))
-	require.NoError(t, err)
-	cmd := exec.Command(bin, full...)
-	cmd.Dir = r.dir
-	cmd.Stdout, cmd.Stderr = log, log
-	fmt.Fprintf(r.logs, "=== %s line %d: consumer %q (its log: %s)\n", c.file, c.line, full, log.Name())
-	require.NoError(t, cmd.Start())
-	s := &readmeServer{cmd: cmd, done: make(chan struct{})}
-	r.servers[key] = s
-	go func() {
-		s.err = cmd.Wait()
-		_ = log.Close()
-		fmt.Fprintf(r.logs, "=== consumer ended: %v\n", s.err)
-		close(s.done)
-	}()
-	t.Cleanup(func() {
-		if t.Failed() {
-			out, _ := os.ReadFile(log.Name())
-			t.Logf("consumer's log:\n%s", out)
-		}
-	})
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
-		select {
-		case <-s.done:
-			out, _ := os.ReadFile(log.Name())
-			t.Fatalf("%s line %d: the consumer exited before it consumed: %v\n%s", c.file, c.line, s.err, out)
-		default:
-		}
-		if out, _ := os.ReadFile(log.Name()); strings.Contains(string(out), "msg=consuming") {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("%s line %d: the consumer did not log msg=consuming within 60s", c.file, c.line)
+	r.background(c, "orderconsumer", orderConsumerBinary, r.consumerArgs(c, args), "msg=consuming")
 }
 
 // publish runs the publisher and returns what it prints; its exit status
 // is the command's.
 func (r *readmeRun) publish(c consoleCommand, args []string) string {
-	t := r.t
-	t.Helper()
 	full := r.consumerArgs(c, args)
 	for i, a := range full { // the publisher takes no -db
 		if a == "-db" {
@@ -133,41 +81,11 @@ func (r *readmeRun) publish(c consoleCommand, args []string) string {
 			break
 		}
 	}
-	bin, err := orderConsumerBinary()
-	require.NoError(t, err)
-	cmd := exec.Command(bin, append([]string{"publish"}, full...)...)
-	cmd.Dir = r.dir
-	var stdout, stderr strings.Builder
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err = cmd.Run()
-	r.status = 0
-	if err != nil {
-		var exit *exec.ExitError
-		require.ErrorAs(t, err, &exit, "%s line %d", c.file, c.line)
-		r.status = exit.Sys().(syscall.WaitStatus).ExitStatus()
-		fmt.Fprintf(r.logs, "=== %s line %d: publish exited %d: %s\n", c.file, c.line, r.status, stderr.String())
-	}
 	// As for curl: a body without a line break (problem+json) has one on
 	// the terminal, before the next prompt.
-	out := stdout.String()
+	out := r.foreground(c, orderConsumerBinary, append([]string{"publish"}, full...))
 	if out != "" && !strings.HasSuffix(out, "\n") {
 		out += "\n"
 	}
 	return out
 }
-
-// orderConsumerBinary builds examples/orderconsumer once per test binary
-// run.
-var orderConsumerBinary = sync.OnceValues(func() (string, error) {
-	server, err := crashServerBinary() // its directory is removed at the end
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(filepath.Dir(server), "orderconsumer")
-	cmd := exec.Command(goTool(), "build", "-o", bin, ".")
-	cmd.Dir = "../orderconsumer"
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build orderconsumer: %v\n%s", err, out)
-	}
-	return bin, nil
-})
