@@ -3,14 +3,8 @@ package frontendtest
 import (
 	"bytes"
 	"context"
-	"crypto"
-	"crypto/aes"
-	"crypto/cipher"
 	"crypto/rand"
 	"crypto/rsa"
-	"crypto/sha256"
-	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -143,18 +137,13 @@ func (p *WeChatPay) envelope(c Callback, pad bool) []byte {
 		}
 	}
 	plaintext, _ := json.Marshal(resource)
-	var n [6]byte
-	_, _ = rand.Read(n[:])
-	nonce := hex.EncodeToString(n[:])
-	block, _ := aes.NewCipher([]byte(p.apiV3Key))
-	aead, _ := cipher.NewGCM(block)
+	encrypted, err := wechatpay.Encrypt(p.apiV3Key, originalType, plaintext)
+	if err != nil {
+		panic(err)
+	}
 	env := map[string]any{
 		"id": c.ID, "create_time": "2024-06-11T22:34:03+08:00", "resource_type": "encrypt-resource",
-		"event_type": eventType, "summary": "支付成功",
-		"resource": map[string]string{
-			"original_type": originalType, "algorithm": "AEAD_AES_256_GCM", "associated_data": originalType, "nonce": nonce,
-			"ciphertext": base64.StdEncoding.EncodeToString(aead.Seal(nil, []byte(nonce), plaintext, []byte(originalType))),
-		},
+		"event_type": eventType, "summary": "支付成功", "resource": encrypted,
 	}
 	if pad {
 		env["summary"] = strings.Repeat("x", payment.MaxBodyBytes)
@@ -165,19 +154,9 @@ func (p *WeChatPay) envelope(c Callback, pad bool) []byte {
 
 // sign is the Wechatpay-* headers of body signed by key at at.
 func (p *WeChatPay) sign(key *rsa.PrivateKey, at time.Time, body []byte) http.Header {
-	var n [16]byte
-	_, _ = rand.Read(n[:])
-	nonce, ts := hex.EncodeToString(n[:]), strconv.FormatInt(at.Unix(), 10)
-	digest := sha256.Sum256([]byte(ts + "\n" + nonce + "\n" + string(body) + "\n"))
-	sig, err := rsa.SignPKCS1v15(rand.Reader, key, crypto.SHA256, digest[:])
+	h, err := wechatpay.Sign(key, p.serial, at, body)
 	if err != nil {
 		panic(err)
 	}
-	h := http.Header{}
-	h.Set("Wechatpay-Timestamp", ts)
-	h.Set("Wechatpay-Nonce", nonce)
-	h.Set("Wechatpay-Signature", base64.StdEncoding.EncodeToString(sig))
-	h.Set("Wechatpay-Serial", p.serial)
-	h.Set("Wechatpay-Signature-Type", "WECHATPAY2-SHA256-RSA2048")
 	return h
 }

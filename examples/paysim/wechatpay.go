@@ -1,18 +1,12 @@
 package main
 
 import (
-	"crypto"
-	"crypto/aes"
-	"crypto/cipher"
-	"crypto/rand"
 	"crypto/rsa"
-	"crypto/sha256"
-	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"net/http"
-	"strconv"
 	"time"
+
+	"github.com/orderguard/idempotency/payment/wechatpay"
 )
 
 // WeChat Pay's API v3 callback, signed as its documentation says (the
@@ -63,27 +57,17 @@ func wechatpayBody(key wechatpayKey, ev event) []byte {
 		}
 	}
 	plaintext, _ := json.Marshal(resource)
-	var n [6]byte
-	_, _ = rand.Read(n[:])
-	nonce := hex.EncodeToString(n[:]) // 12 bytes, as WeChat Pay's nonces
-	block, err := aes.NewCipher([]byte(key.apiV3Key))
+	encrypted, err := wechatpay.Encrypt(key.apiV3Key, originalType, plaintext)
 	if err != nil {
 		panic(err) // parseFlags checked the key's length
 	}
-	aead, _ := cipher.NewGCM(block)
 	body, _ := json.Marshal(map[string]any{
 		"id":            ev.ID,
 		"create_time":   at,
 		"resource_type": "encrypt-resource",
 		"event_type":    eventType,
 		"summary":       summary,
-		"resource": map[string]string{
-			"original_type":   originalType,
-			"algorithm":       "AEAD_AES_256_GCM",
-			"ciphertext":      base64.StdEncoding.EncodeToString(aead.Seal(nil, []byte(nonce), plaintext, []byte(originalType))),
-			"associated_data": originalType,
-			"nonce":           nonce,
-		},
+		"resource":      encrypted,
 	})
 	return body
 }
@@ -92,22 +76,8 @@ func wechatpayBody(key wechatpayKey, ev event) []byte {
 // headers, a fresh nonce on every delivery.
 func wechatpaySign(key any, _ event, body []byte, at time.Time) (http.Header, []byte, error) {
 	k := key.(wechatpayKey)
-	var n [16]byte
-	_, _ = rand.Read(n[:])
-	nonce := hex.EncodeToString(n[:])
-	timestamp := strconv.FormatInt(at.Unix(), 10)
-	digest := sha256.Sum256([]byte(timestamp + "\n" + nonce + "\n" + string(body) + "\n"))
-	sig, err := rsa.SignPKCS1v15(rand.Reader, k.private, crypto.SHA256, digest[:])
-	if err != nil {
-		return nil, nil, err
-	}
-	h := http.Header{}
-	h.Set("Wechatpay-Timestamp", timestamp)
-	h.Set("Wechatpay-Nonce", nonce)
-	h.Set("Wechatpay-Signature", base64.StdEncoding.EncodeToString(sig))
-	h.Set("Wechatpay-Serial", k.serial)
-	h.Set("Wechatpay-Signature-Type", "WECHATPAY2-SHA256-RSA2048")
-	return h, body, nil
+	h, err := wechatpay.Sign(k.private, k.serial, at, body)
+	return h, body, err
 }
 
 // wechatpayAcked: WeChat Pay stops on 200 or 204, whatever the body.
