@@ -15,7 +15,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -24,6 +23,7 @@ import (
 
 	"github.com/orderguard/idempotency"
 	"github.com/orderguard/idempotency/examples/orderservice"
+	"github.com/orderguard/idempotency/internal/logcount"
 )
 
 // modes are the middleware's recording modes; tests where both matter run
@@ -46,14 +46,14 @@ type instance struct {
 	srv        *httptest.Server
 	client     *http.Client
 	executions atomic.Int64 // create handlers that wrote an order, committed or not
-	causes     *causes
+	causes     *logcount.Causes
 }
 
 // instance serves the order service over node n with cfg (Mode and Lease;
 // the instance fills in its InstanceID and Logger).
 func (c *cluster) instance(t *testing.T, n int, cfg idempotency.Config) *instance {
 	t.Helper()
-	in := &instance{node: n, causes: &causes{counts: map[string]int{}}}
+	in := &instance{node: n, causes: logcount.New()}
 	cfg.InstanceID = fmt.Sprintf("node%d", n)
 	cfg.Logger = slog.New(in.causes)
 	svc, err := orderservice.New(c.app[n], orderservice.Options{
@@ -223,51 +223,9 @@ func reportNonConforming(t *testing.T, what string, answers []answer) {
 	}
 }
 
-// causes records the middleware's warnings and errors (message and error),
-// so that a test can print why answers failed.
-type causes struct {
-	mu     sync.Mutex
-	counts map[string]int
-}
-
-func (c *causes) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
-
-func (c *causes) Handle(_ context.Context, r slog.Record) error {
-	line := r.Message
-	r.Attrs(func(a slog.Attr) bool {
-		if a.Key == "err" || a.Key == "status" || a.Key == "release_err" {
-			line += " " + a.Key + "=" + a.Value.String()
-		}
-		return true
-	})
-	if len(line) > 400 {
-		line = line[:400] + "…"
-	}
-	c.mu.Lock()
-	c.counts[line]++
-	c.mu.Unlock()
-	return nil
-}
-
-func (c *causes) WithAttrs([]slog.Attr) slog.Handler { return c }
-func (c *causes) WithGroup(string) slog.Handler      { return c }
-
 // logCauses prints what the instance's middleware logged, most frequent
 // first.
 func (in *instance) logCauses(t *testing.T) {
 	t.Helper()
-	in.causes.mu.Lock()
-	defer in.causes.mu.Unlock()
-	lines := make([]string, 0, len(in.causes.counts))
-	for l := range in.causes.counts {
-		lines = append(lines, l)
-	}
-	slices.SortFunc(lines, func(x, y string) int { return in.causes.counts[y] - in.causes.counts[x] })
-	for i, l := range lines {
-		if i == 8 {
-			t.Logf("  instance %d logged %d more kinds of warning", in.node, len(lines)-i)
-			break
-		}
-		t.Logf("  instance %d logged ×%d: %s", in.node, in.causes.counts[l], l)
-	}
+	in.causes.Log(t, fmt.Sprintf("instance %d logged", in.node), 8)
 }

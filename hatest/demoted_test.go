@@ -15,6 +15,7 @@ import (
 
 	"github.com/orderguard/idempotency"
 	"github.com/orderguard/idempotency/examples/orderservice"
+	"github.com/orderguard/idempotency/internal/logcount"
 	"github.com/orderguard/idempotency/postgres"
 )
 
@@ -29,8 +30,8 @@ import (
 // transient: postgres/transient.go.)
 func TestMultiHostURL_EveryNodeAStandby_Answers503WithRetryAfter(t *testing.T) {
 	c := newCluster(t)
-	logs := newCauses()
-	captureDefaultLog(t, logs)
+	logs := logcount.New()
+	logcount.CaptureDefault(t, logs)
 	schema := c.freshSchema(t)
 	primary, err := postgres.Open(inSchema(c.proxyURL, schema))
 	require.NoError(t, err)
@@ -66,7 +67,7 @@ func TestMultiHostURL_EveryNodeAStandby_Answers503WithRetryAfter(t *testing.T) {
 				require.NotEmpty(t, a.retryAfter, "%s", a)
 				require.Less(t, a.took(), noHang, "%s", a)
 			}
-			logs.log(t)
+			logs.Log(t, "logged", 10)
 		})
 	}
 }

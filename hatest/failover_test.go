@@ -17,6 +17,7 @@ import (
 
 	"github.com/orderguard/idempotency"
 	"github.com/orderguard/idempotency/examples/orderservice"
+	"github.com/orderguard/idempotency/internal/logcount"
 )
 
 const (
@@ -93,8 +94,8 @@ func TestFailover_MultiHostURL_LeaderKilled_NoLostNoDuplicateOnly503Or409(t *tes
 }
 
 func testFailover(t *testing.T, c *cluster, way, dsn string, mode idempotency.Mode, f fault) {
-	logs := newCauses()
-	captureDefaultLog(t, logs)
+	logs := logcount.New()
+	logcount.CaptureDefault(t, logs)
 	schema := c.freshSchema(t)
 	ins := instances(t, inSchema(dsn, schema), idempotency.Config{Mode: mode, Lease: lease}, logs)
 
@@ -115,7 +116,7 @@ func testFailover(t *testing.T, c *cluster, way, dsn string, mode idempotency.Mo
 	p := <-watch
 	if p.gained.IsZero() {
 		l.finish()
-		logs.log(t)
+		logs.Log(t, "logged", 10)
 		t.Fatalf("no node other than %s answered /primary 200 within %v of the %s", before.Name, recoverWithin, f.what)
 	}
 	// The load goes on until a new order is written on the new primary,
@@ -124,7 +125,7 @@ func testFailover(t *testing.T, c *cluster, way, dsn string, mode idempotency.Mo
 	case <-l.firstWriteAfter(p.gained):
 	case <-time.After(recoverWithin):
 		l.finish()
-		logs.log(t)
+		logs.Log(t, "logged", 10)
 		t.Fatalf("no order created within %v of the new primary", recoverWithin)
 	}
 	time.Sleep(settle)
@@ -152,7 +153,7 @@ func testFailover(t *testing.T, c *cluster, way, dsn string, mode idempotency.Mo
 		retried, replayed, retried-replayed)
 	t.Logf("  slowest request: %v; slowest in the gap: %v", slowest(answers).took().Round(time.Millisecond),
 		slowest(gap).took().Round(time.Millisecond))
-	logs.log(t)
+	logs.Log(t, "logged", 10)
 
 	// No answer outside the contract, and none that hung.
 	reportNonConforming(t, answers)

@@ -16,7 +16,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,6 +23,7 @@ import (
 
 	"github.com/orderguard/idempotency"
 	"github.com/orderguard/idempotency/examples/orderservice"
+	"github.com/orderguard/idempotency/internal/logcount"
 	"github.com/orderguard/idempotency/postgres"
 )
 
@@ -42,7 +42,7 @@ type instance struct {
 // own from postgres.Open(dsn), with cfg (the instance fills in InstanceID
 // and Logger, which writes to logs). The first migrates and seeds the
 // schema dsn names.
-func instances(t *testing.T, dsn string, cfg idempotency.Config, logs *causes) []*instance {
+func instances(t *testing.T, dsn string, cfg idempotency.Config, logs *logcount.Causes) []*instance {
 	t.Helper()
 	var ins []*instance
 	for n := 1; n <= 3; n++ {
@@ -60,7 +60,7 @@ func instances(t *testing.T, dsn string, cfg idempotency.Config, logs *causes) [
 }
 
 // serve serves the order service over db as instance n.
-func serve(t *testing.T, n int, db *sql.DB, cfg idempotency.Config, logs *causes) *instance {
+func serve(t *testing.T, n int, db *sql.DB, cfg idempotency.Config, logs *logcount.Causes) *instance {
 	t.Helper()
 	cfg.InstanceID = fmt.Sprintf("app%d", n)
 	cfg.Logger = slog.New(logs)
@@ -232,62 +232,4 @@ func tally(answers []answer) string {
 		return "none"
 	}
 	return strings.Join(parts, ", ")
-}
-
-// causes records the warnings and errors the instances log (message and
-// error), so that a failing test says why answers failed.
-type causes struct {
-	mu     sync.Mutex
-	counts map[string]int
-}
-
-func newCauses() *causes { return &causes{counts: map[string]int{}} }
-
-func (c *causes) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
-
-func (c *causes) Handle(_ context.Context, r slog.Record) error {
-	line := r.Message
-	r.Attrs(func(a slog.Attr) bool {
-		if a.Key == "err" || a.Key == "status" || a.Key == "release_err" {
-			line += " " + a.Key + "=" + a.Value.String()
-		}
-		return true
-	})
-	if len(line) > 400 {
-		line = line[:400] + "…"
-	}
-	c.mu.Lock()
-	c.counts[line]++
-	c.mu.Unlock()
-	return nil
-}
-
-func (c *causes) WithAttrs([]slog.Attr) slog.Handler { return c }
-func (c *causes) WithGroup(string) slog.Handler      { return c }
-
-// log prints what was logged, most frequent first.
-func (c *causes) log(t *testing.T) {
-	t.Helper()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	lines := make([]string, 0, len(c.counts))
-	for l := range c.counts {
-		lines = append(lines, l)
-	}
-	slices.SortFunc(lines, func(x, y string) int { return c.counts[y] - c.counts[x] })
-	for i, l := range lines {
-		if i == 10 {
-			t.Logf("  %d more kinds of warning", len(lines)-i)
-			break
-		}
-		t.Logf("  logged ×%d: %s", c.counts[l], l)
-	}
-}
-
-// captureDefaultLog sends slog's default logger (orderservice logs the
-// cause of a 500 there) to c until the test ends.
-func captureDefaultLog(t *testing.T, c *causes) {
-	prev := slog.Default()
-	slog.SetDefault(slog.New(c))
-	t.Cleanup(func() { slog.SetDefault(prev) })
 }
