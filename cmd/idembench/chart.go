@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"image/color"
 	"math"
@@ -19,6 +20,10 @@ var palette = []color.Color{
 	color.RGBA{0x1f, 0x77, 0xb4, 0xff}, color.RGBA{0xff, 0x7f, 0x0e, 0xff}, color.RGBA{0x2c, 0xa0, 0x2c, 0xff},
 	color.RGBA{0xd6, 0x27, 0x28, 0xff}, color.RGBA{0x94, 0x67, 0xbd, 0xff}, color.RGBA{0x8c, 0x56, 0x4b, 0xff},
 }
+
+// errNothingToChart: the run measured no point the chart draws (a run of
+// the queue or webhook family alone); no chart is written.
+var errNothingToChart = errors.New("nothing to chart")
 
 // chartRow is one scenario on the chart.
 type chartRow struct {
@@ -60,7 +65,7 @@ func (rep *Report) chart(path string) error {
 		}
 	}
 	if len(rows) == 0 {
-		return fmt.Errorf("nothing measured")
+		return errNothingToChart
 	}
 	var concs []int
 	for _, r := range rows {

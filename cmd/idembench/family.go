@@ -4,15 +4,13 @@ import (
 	"context"
 	"crypto/rand"
 	"database/sql"
+	"database/sql/driver"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -56,9 +54,7 @@ func openMariaDB(ctx context.Context, dsn, label string) (*family, error) {
 		admin.Close()
 		return nil, fmt.Errorf("MariaDB at %s: %w", base.Addr, err)
 	}
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	name := "idembench_" + hex.EncodeToString(b[:]) + "_" + label
+	name := databaseName(label)
 	if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+name+" CHARACTER SET utf8mb4"); err != nil {
 		admin.Close()
 		return nil, fmt.Errorf("create database %s: %w", name, err)
@@ -72,25 +68,13 @@ func openMariaDB(ctx context.Context, dsn, label string) (*family, error) {
 		}
 		admin.Close()
 	})
-	cfg := base.Clone()
-	cfg.DBName = name
-	cfg.InterpolateParams = true
-	cfg.ParseTime = true
-	cfg.AllowAllFiles = false
-	connector, err := mysql.NewConnector(cfg)
+	connector, err := mariaConnector(base, name)
 	if err != nil {
 		f.close()
 		return nil, err
 	}
 	counts := &sqlCounts{}
-	f.openDB = func() *sql.DB {
-		db := sql.OpenDB(countingConnector{Connector: connector, n: counts})
-		db.SetMaxOpenConns(64)
-		db.SetMaxIdleConns(64)
-		db.SetConnMaxLifetime(time.Hour)
-		f.cleanup = append(f.cleanup, func() { db.Close() })
-		return db
-	}
+	f.openDB = func() *sql.DB { return f.openPool(connector, counts) }
 	db := f.openDB()
 	f.db = db
 	if err := orderservice.Setup(ctx, db, "mysql"); err != nil {
@@ -101,6 +85,25 @@ func openMariaDB(ctx context.Context, dsn, label string) (*family, error) {
 	f.client = newClient(64)
 	f.probe = mariaProbe(admin, counts)
 	return f, nil
+}
+
+// mariaConnector connects to database name on the server of base as
+// examples/server does (interpolateParams, parseTime).
+func mariaConnector(base *mysql.Config, name string) (driver.Connector, error) {
+	cfg := base.Clone()
+	cfg.DBName, cfg.InterpolateParams, cfg.ParseTime, cfg.AllowAllFiles = name, true, true, false
+	return mysql.NewConnector(cfg)
+}
+
+// openPool opens a pool of 64 connections on connector, as examples/server
+// does, counting its statements in counts; close closes it.
+func (f *family) openPool(connector driver.Connector, counts *sqlCounts) *sql.DB {
+	db := sql.OpenDB(countingConnector{Connector: connector, n: counts})
+	db.SetMaxOpenConns(64)
+	db.SetMaxIdleConns(64)
+	db.SetConnMaxLifetime(time.Hour)
+	f.cleanup = append(f.cleanup, func() { db.Close() })
+	return db
 }
 
 // openSQLite creates a fresh SQLite file in a temporary directory.
@@ -166,23 +169,29 @@ func (f *family) service(opts orderservice.Options) (string, error) {
 	return f.serveHTTP(svc)
 }
 
+// httpFrontEnd is a frontEnd over net/http (service).
+func (f *family) httpFrontEnd(opts orderservice.Options, gen generator, replays bool) (target, error) {
+	url, err := f.service(opts)
+	t := target{url: url, gen: gen, wantStatus: http.StatusCreated, wantReplayed: replays}
+	if opts.Idempotency {
+		t.keyHeader = "Idempotency-Key"
+	}
+	return t, err
+}
+
 // baselineTarget is B0: the create transaction without the middleware.
 func (f *family) baselineTarget() (target, error) {
-	url, err := f.service(orderservice.Options{Idempotency: false})
-	return target{url: url, gen: genBaseline, wantStatus: http.StatusCreated}, err
+	return f.httpFrontEnd(orderservice.Options{}, genBaseline, false)
 }
 
 // firstTarget is B1: a new key per request through the middleware.
 func (f *family) firstTarget(cfg idempotency.Config) (target, error) {
-	url, err := f.service(orderservice.Options{Idempotency: true, Config: cfg})
-	return target{url: url, keyHeader: "Idempotency-Key", gen: genNewKey, wantStatus: http.StatusCreated}, err
+	return f.httpFrontEnd(orderservice.Options{Idempotency: true, Config: cfg}, genNewKey, false)
 }
 
 // replayTarget is B2: replays of pool round-robin.
 func (f *family) replayTarget(cfg idempotency.Config, pool []poolEntry) (target, error) {
-	url, err := f.service(orderservice.Options{Idempotency: true, Config: cfg})
-	return target{url: url, keyHeader: "Idempotency-Key", gen: genReplay(pool),
-		wantStatus: http.StatusCreated, wantReplayed: true}, err
+	return f.httpFrontEnd(orderservice.Options{Idempotency: true, Config: cfg}, genReplay(pool), true)
 }
 
 // countOrders counts the purchase_order rows of one key: the executions.
@@ -196,118 +205,9 @@ func (f *family) countOrders(ctx context.Context, scope, key string) (int, error
 	return n, err
 }
 
-// mariaProbe reads what says where a request's time goes: this process's
-// round trips to the database (counted client-side), the server's counters
-// (statements, fsyncs, buffer-pool misses, row-lock waits: global, so
-// anything else running on the server adds to them), and the CPU time of
-// this process and of mariadbd.
-func mariaProbe(admin *sql.DB, counts *sqlCounts) func() map[string]float64 {
-	vars := map[string]string{
-		"Questions":                "server_stmts",
-		"Com_commit":               "commits",
-		"Innodb_data_fsyncs":       "fsyncs",
-		"Innodb_buffer_pool_reads": "bp_disk_reads",
-		"Innodb_row_lock_waits":    "row_lock_waits",
-	}
-	cpu := cpuProbe(map[string]string{"cpu_db": "mariadbd"})
-	return func() map[string]float64 {
-		out := cpu()
-		for k, v := range counts.snapshot() {
-			out[k] = v
-		}
-		rows, err := admin.Query("SHOW GLOBAL STATUS WHERE Variable_name IN ('Questions','Com_commit','Innodb_data_fsyncs','Innodb_buffer_pool_reads','Innodb_row_lock_waits')")
-		if err != nil {
-			return out
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var name, value string
-			if rows.Scan(&name, &value) != nil {
-				continue
-			}
-			if label := vars[name]; label != "" {
-				v, _ := strconv.ParseFloat(value, 64)
-				out[label] = v
-			}
-		}
-		return out
-	}
+// databaseName is a fresh database name: idembench_<random>_<label>.
+func databaseName(label string) string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return "idembench_" + hex.EncodeToString(b[:]) + "_" + label
 }
-
-// cpuProbe returns the CPU seconds used so far by this process (cpu_self) and
-// by the named other processes (label → comm), read from /proc.
-func cpuProbe(others map[string]string) func() map[string]float64 {
-	pids := map[string]int{}
-	for label, comm := range others {
-		if pid := findProcess(comm); pid > 0 {
-			pids[label] = pid
-		}
-	}
-	return func() map[string]float64 {
-		out := map[string]float64{"cpu_self": procCPU("self"), "cpu_total": machineBusyCPU()}
-		for label, pid := range pids {
-			out[label] = procCPU(strconv.Itoa(pid))
-		}
-		return out
-	}
-}
-
-// procCPU is utime+stime of /proc/<pid>/stat in seconds (USER_HZ = 100).
-func procCPU(pid string) float64 {
-	b, err := os.ReadFile("/proc/" + pid + "/stat")
-	if err != nil {
-		return 0
-	}
-	s := string(b)
-	if i := strings.LastIndexByte(s, ')'); i >= 0 {
-		s = s[i+2:]
-	}
-	fields := strings.Fields(s)
-	if len(fields) < 13 {
-		return 0
-	}
-	ut, _ := strconv.ParseFloat(fields[11], 64)
-	st, _ := strconv.ParseFloat(fields[12], 64)
-	return (ut + st) / 100
-}
-
-// machineBusyCPU is the CPU seconds all cores spent busy so far (/proc/stat:
-// everything but idle and iowait).
-func machineBusyCPU() float64 {
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return 0
-	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	fields := strings.Fields(line)
-	var busy float64
-	for i, f := range fields[1:] {
-		v, _ := strconv.ParseFloat(f, 64)
-		if i == 3 || i == 4 || i >= 8 { // idle, iowait; guest time is already in user
-			continue
-		}
-		busy += v
-	}
-	return busy / 100
-}
-
-// findProcess returns the pid of the first process whose comm is name.
-func findProcess(name string) int {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return 0
-	}
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		comm, err := os.ReadFile("/proc/" + e.Name() + "/comm")
-		if err == nil && strings.TrimSpace(string(comm)) == name {
-			return pid
-		}
-	}
-	return 0
-}
-
-var errB3 = errors.New("B3: a key executed other than exactly once")

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gofiber/fiber/v3"
@@ -93,8 +94,7 @@ func (r *runner) runFiber(ctx context.Context, f *family) error {
 		return nil
 	}
 	f.cleanup = append(f.cleanup, func() { _ = storage.Close() })
-	fb := fiberFamily(f)
-	fb.probe = mariaAndRedisProbe(f.probe)
+	probe := mariaAndRedisProbe(f.probe)
 
 	fbaseURL, err := f.serveFiber(nil)
 	if err != nil {
@@ -125,7 +125,7 @@ func (r *runner) runFiber(ctx context.Context, f *family) error {
 	}
 	for _, c := range r.opts.concurrency {
 		m := func(bench, variant string, t target) *Point {
-			return r.measure(f.client, fb.probe, "fiber", bench, variant, c, 0, t)
+			return r.measure(f.client, probe, "fiber", bench, variant, c, 0, t)
 		}
 		var seq []*Point
 		if !r.opts.quick {
@@ -154,19 +154,17 @@ func (r *runner) runFiber(ctx context.Context, f *family) error {
 	return nil
 }
 
-func fiberFamily(f *family) *family { return &family{name: "fiber", probe: f.probe} }
-
-func mariaAndRedisProbe(maria func() map[string]float64) func() map[string]float64 {
-	redisCPU := cpuProbe(map[string]string{"cpu_redis": "redis-server"})
-	return func() map[string]float64 {
-		out := maria()
-		for k, v := range redisCPU() {
-			if k != "cpu_self" {
-				out[k] = v
-			}
+// fiberMarkdown writes the B5 section, if B5 ran.
+func (rep *Report) fiberMarkdown(b *strings.Builder) {
+	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	if pts := rep.pointsOf(func(p *Point) bool { return p.Bench == "B5" }); len(pts) > 0 {
+		w("## B5: Fiber v3 `middleware/idempotency` + Redis (peer)\n\n")
+		w("A Fiber v3.1.0 app (fasthttp) whose POST /orders is orderservice's unprotected create handler through `middleware/adaptor`, behind `middleware/idempotency` with `gofiber/storage/redis/v3` v3.4.3 (KeyHeader Idempotency-Key). Ours is the net/http server with the middleware (claim-first, defaults) on the same database, measured between Fiber runs. Ratios are ours/Fiber.\n\n")
+		rep.table(b, "fiber", pts, false)
+		w("What Fiber's middleware does not do, which the numbers do not show:\n\n")
+		for _, d := range rep.Fiber {
+			w("- %s\n", d)
 		}
-		return out
+		w("\n")
 	}
 }
-
-var _ = context.Background

@@ -1,5 +1,21 @@
 package main
 
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+
+	"github.com/orderguard/idempotency"
+	"github.com/orderguard/idempotency/examples/orderservice"
+	idemredis "github.com/orderguard/idempotency/redis"
+)
+
 // The fleet family (issue 13): three instances of the example order service
 // on one MariaDB database, each with its own *sql.DB, store and replay
 // cache, as three processes behind a load balancer would be. The load
@@ -17,24 +33,6 @@ package main
 // (Config.SharedCache, fleet_redis.go), and each mode has a point where
 // Redis stops in the middle of the window.
 
-import (
-	"bytes"
-	"context"
-	"database/sql"
-	"fmt"
-	"math/rand/v2"
-	"net/http"
-	"os"
-	"strings"
-	"sync"
-	"sync/atomic"
-	"time"
-
-	"github.com/orderguard/idempotency"
-	"github.com/orderguard/idempotency/examples/orderservice"
-	idemredis "github.com/orderguard/idempotency/redis"
-)
-
 const (
 	famFleet       = "fleet-3i"
 	fleetInstances = 3
@@ -45,20 +43,6 @@ const (
 
 // fleetRetryShares are the mixed points' shares of retries.
 var fleetRetryShares = []float64{0.05, 0.20}
-
-// KindStat is one kind of request within a mixed point.
-type KindStat struct {
-	Requests int     `json:"requests"`
-	RPS      float64 `json:"rps"` // answers of this kind per second of the window
-	// EquivRPS is concurrency / mean latency: by Little's law the
-	// throughput of a closed loop sending only this kind at the latencies
-	// it had in the mix. Over the bare create's (its own concurrency /
-	// mean latency) it is the kind's throughput ratio.
-	EquivRPS float64 `json:"equiv_rps"`
-	P50      float64 `json:"p50_ms"`
-	P99      float64 `json:"p99_ms"`
-	Mean     float64 `json:"mean_ms"`
-}
 
 // fleetMix is the agent-shaped workload over several instances.
 type fleetMix struct {
@@ -98,63 +82,6 @@ func (m *fleetMix) done(w *worker, rq request, status int, err error) {
 	m.recent[m.n%len(m.recent)] = e
 	m.n++
 	m.mu.Unlock()
-}
-
-// replaySources counts where the create route's replays were answered from:
-// this instance's replay cache (Event.From), the shared cache (Redis: the
-// request's GetReplay found the entry, sharedCounter), the store after a
-// read, or the store after an execution that collided and rolled back (a
-// StageExecute began in the same request). It is both Observer and
-// StageObserver.
-type replaySources struct {
-	cache, shared, store, reexec, executed atomic.Int64
-}
-
-type requestMarks struct{ executed, shared atomic.Bool }
-
-type marksKey struct{}
-
-func (s *replaySources) StartStage(ctx context.Context, st idempotency.Stage, route string) (context.Context, func(idempotency.StageEnd)) {
-	switch st {
-	case idempotency.StageRequest:
-		ctx = context.WithValue(ctx, marksKey{}, &requestMarks{})
-	case idempotency.StageExecute:
-		if m, ok := ctx.Value(marksKey{}).(*requestMarks); ok && route == "create_order" {
-			m.executed.Store(true)
-			s.executed.Add(1)
-		}
-	}
-	return ctx, func(idempotency.StageEnd) {}
-}
-
-func (s *replaySources) Observe(ctx context.Context, e idempotency.Event) {
-	if !e.Final || e.Outcome != idempotency.OutcomeReplayed || e.Route != "create_order" {
-		return
-	}
-	m, _ := ctx.Value(marksKey{}).(*requestMarks)
-	switch {
-	case e.From == idempotency.ReplayFromCache:
-		s.cache.Add(1)
-	case m != nil && m.shared.Load() && !m.executed.Load():
-		s.shared.Add(1)
-	case m != nil && m.executed.Load():
-		s.reexec.Add(1)
-	default:
-		s.store.Add(1)
-	}
-}
-
-// probe adds the counters to a load probe: runLoad reports them per request.
-func (s *replaySources) probe(base func() map[string]float64) func() map[string]float64 {
-	return func() map[string]float64 {
-		out := base()
-		out["replay_from_cache"] = float64(s.cache.Load())
-		out["replay_from_redis"] = float64(s.shared.Load())
-		out["replay_from_store"] = float64(s.store.Load())
-		out["replay_reexecuted"] = float64(s.reexec.Load())
-		out["handler_runs"] = float64(s.executed.Load())
-		return out
-	}
 }
 
 // runFleet is the fleet family. Quick mode keeps it to the first mode at
@@ -292,20 +219,7 @@ func (r *runner) runFleet(ctx context.Context, f *family) error {
 // create's mean latency, the denominator of the kinds' throughput ratios,
 // and fills the point's Kinds.
 func (r *runner) measureFleet(client *http.Client, probe func() map[string]float64, conc int, base target, variant string, t target) {
-	n := max(r.opts.slices, 1)
-	slice := r.opts.duration / time.Duration(n)
-	var b0s, bs []*Point
-	for i := range n {
-		warmup := r.opts.warmup
-		if i > 0 {
-			warmup = min(warmup, 200*time.Millisecond)
-		}
-		b0s = append(b0s, r.sample(client, probe, famFleet, "B0", "", conc, 0, base, warmup, slice))
-		bs = append(bs, r.sample(client, probe, famFleet, "F", variant, conc, 0, t, warmup, slice))
-	}
-	b0s = append(b0s, r.sample(client, probe, famFleet, "B0", "", conc, 0, base, 200*time.Millisecond, slice))
-	p0, p := r.record(mergePoints(b0s)), r.record(mergePoints(bs))
-	p.Baseline, p.BaselineRPS, p.BaselineP99 = "B0", p0.RPS, p0.P99
+	p0, p := r.measureAgainst(client, probe, famFleet, conc, 0, "B0", base, "F", variant, t)
 	p.Kinds = map[string]*KindStat{"bare": kindStat(p0.lat, conc, p0.Seconds)}
 	for k, l := range p.kindLat {
 		p.Kinds[k] = kindStat(l, conc, p.Seconds)
@@ -317,57 +231,6 @@ func (r *runner) measureFleet(client *http.Client, probe func() map[string]float
 	}
 }
 
-func kindStat(sorted []time.Duration, conc int, seconds float64) *KindStat {
-	k := &KindStat{Requests: len(sorted)}
-	if len(sorted) == 0 {
-		return k
-	}
-	var sum time.Duration
-	for _, d := range sorted {
-		sum += d
-	}
-	k.Mean = float64(sum) / float64(len(sorted)) / 1e6
-	k.RPS = float64(len(sorted)) / seconds
-	k.EquivRPS = float64(conc) / (k.Mean / 1e3)
-	k.P50, k.P99 = percentile(sorted, 50), percentile(sorted, 99)
-	return k
-}
-
-// redisCallsProbe adds the caches' failed and skipped calls and their
-// downs to a probe (per request in the point, as every probe value).
-func redisCallsProbe(caches []*idemredis.Cache, base func() map[string]float64) func() map[string]float64 {
-	return func() map[string]float64 {
-		out := base()
-		s := redisStats(caches)
-		out["redis_failed"] = float64(s.Errors)
-		out["redis_skipped"] = float64(s.Skipped)
-		out["redis_downs"] = float64(s.Downs)
-		return out
-	}
-}
-
-// redisCalls is the point's failed and skipped Redis calls and downs, for a
-// point with Redis ("" for one without).
-func redisCalls(p *Point) string {
-	if _, ok := p.Server["redis_failed"]; !ok {
-		return ""
-	}
-	n := float64(p.Requests)
-	return fmt.Sprintf("; Redis calls failed %.0f, skipped %.0f, down %.0f times",
-		p.Server["redis_failed"]*n, p.Server["redis_skipped"]*n, p.Server["redis_downs"]*n)
-}
-
-// sourceShares is where a point's replays came from, in % of its replays:
-// this instance's cache / Redis / the store / a re-execution.
-func sourceShares(p *Point) string {
-	c, rd, s, x := p.Server["replay_from_cache"], p.Server["replay_from_redis"], p.Server["replay_from_store"], p.Server["replay_reexecuted"]
-	all := c + rd + s + x
-	if all == 0 {
-		return "–"
-	}
-	return fmt.Sprintf("%.0f / %.0f / %.0f / %.0f %%", 100*c/all, 100*rd/all, 100*s/all, 100*x/all)
-}
-
 // fleetMarkdown writes the fleet family's section, if it ran.
 func (rep *Report) fleetMarkdown(b *strings.Builder) {
 	pts := rep.pointsOf(func(p *Point) bool { return p.Family == famFleet && p.Bench == "F" })
@@ -376,7 +239,7 @@ func (rep *Report) fleetMarkdown(b *strings.Builder) {
 	}
 	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
 	w("## Fleet: three instances on one database\n\n")
-	w("Three instances of examples/orderservice, each with its own *sql.DB (pool of 64), store and replay cache, over one MariaDB database, served in-process on loopback; every request goes to an instance picked at random. Workload: new keys, plus retries of keys answered moments before (picked from the latest %d), which land on any instance. Each mixed point alternates with the bare create on the same three instances (Idempotency=false) in %v slices. Concurrency %d. Rows marked *at once, another instance* retry each key as the worker's very next request after its answer, on one of the two instances that did not answer it (fleet_immediate.go). Rows marked Redis give each instance an `idemredis.Cache` of its own (its own client) on one Redis as Config.SharedCache, wired as `examples/server -redis` wires it (50 ms call timeout, 4 connections opened before the first request), under a key prefix new to the run, so entries of earlier runs never answer.\n\n", fleetRecent, rep.Options["slices"], headlineConc)
+	w("Three instances of examples/orderservice, each with its own *sql.DB (pool of 64), store and replay cache, over one MariaDB database, served in-process on loopback; every request goes to an instance picked at random. Workload: new keys, plus retries of keys answered moments before (picked from the latest %d), which land on any instance. Each mixed point alternates with the bare create on the same three instances (Idempotency=false) in %v slices. Concurrency %d. Rows marked *at once, another instance* retry each key as the worker's very next request after its answer, on one of the two instances that did not answer it (fleet_immediate.go). Rows marked Redis give each instance an `idemredis.Cache` of its own (its own client) on one Redis as Config.SharedCache, wired as `examples/server -redis` wires it (50 ms call timeout, 4 connections opened before the first request), under a key prefix new to the run, so entries of earlier runs never answer.\n\n", fleetRecent, rep.optionsOf("fleet")["slices"], headlineConc)
 	w("| mode, retries | all req/s vs bare | new keys thr vs bare | new keys P99 vs bare | replays thr vs bare | replays P99 vs bare | replays from cache / Redis / store / re-execution | handler runs per replay | round trips/req |\n")
 	w("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, p := range pts {

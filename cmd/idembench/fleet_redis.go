@@ -259,21 +259,20 @@ func (r *runner) measureRedisStop(client *http.Client, conc int, variant string,
 	timer.Stop()
 	proxy.stop() // if the window ended first (interrupted)
 
-	n := max(r.opts.slices, 1)
+	n := r.opts.slices
 	if r.opts.quick {
 		n = min(n, 2) // quick mode's fleet stays near 20 s
 	}
-	slice := r.opts.duration / time.Duration(n)
-	var nrs, downs []*Point
-	for range n {
-		nrs = append(nrs, r.sample(client, plainProbe, famFleet, "F", "", conc, 0, plain, short, slice))
-		downs = append(downs, r.sample(client, probe, famFleet, "FS", "", conc, 0, t, short, slice))
+	side := func(probe func() map[string]float64, bench string, t target) sampler {
+		return func(warmup, window time.Duration) *Point {
+			return r.sample(client, probe, famFleet, bench, "", conc, 0, t, warmup, window)
+		}
 	}
-	nrs = append(nrs, r.sample(client, plainProbe, famFleet, "F", "", conc, 0, plain, short, slice))
+	nr, down := alternate(n, r.opts.duration, short, side(plainProbe, "F", plain), side(probe, "FS", t))
 	b0s = append(b0s, r.sample(client, probe, famFleet, "B0", "", conc, 0, bare, short, half))
 	stats := redisStats(caches)
 
-	p0, nr, down := r.record(mergePoints(b0s)), mergePoints(nrs), mergePoints(downs)
+	p0 := r.record(mergePoints(b0s))
 	p.Baseline, p.BaselineRPS, p.BaselineP99 = "B0", p0.RPS, p0.P99
 	cut := time.Unix(0, cc.cut.Load())
 	cc.mu.Lock()
@@ -317,7 +316,7 @@ func (rep *Report) redisStopMarkdown(b *strings.Builder) {
 	}
 	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
 	w("### Redis stopped mid-run\n\n")
-	w("Three fresh instances whose caches reach Redis through a TCP proxy of the benchmark's own; halfway through a window the proxy closes its port and cuts every open connection, as when Redis stops. Then, with Redis still down, the same instances alternate in %v slices with the same mix on the instances without Redis, as B1 alternates with B0: *down / without Redis* is that ratio, measured side by side. Every answer is checked (201, or a replay marked and byte-identical to the first answer), also during the cut; any failure fails the run. Throughput is answers per second; *before* and *after the cut* are the two halves of the window, the second including the fall-back.\n\n", rep.Options["slices"])
+	w("Three fresh instances whose caches reach Redis through a TCP proxy of the benchmark's own; halfway through a window the proxy closes its port and cuts every open connection, as when Redis stops. Then, with Redis still down, the same instances alternate in %v slices with the same mix on the instances without Redis, as B1 alternates with B0: *down / without Redis* is that ratio, measured side by side. Every answer is checked (201, or a replay marked and byte-identical to the first answer), also during the cut; any failure fails the run. Throughput is answers per second; *before* and *after the cut* are the two halves of the window, the second including the fall-back.\n\n", rep.optionsOf("fleet")["slices"])
 	w("| mode, retries | answers around the cut | client errors | req/s before the cut | after the cut | Redis down | without Redis | **down / without Redis** | P99 ms down / without Redis | bare req/s | Redis calls failed / skipped |\n")
 	w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, p := range pts {

@@ -30,8 +30,8 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"net/http"
 	"os"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -65,20 +65,7 @@ func (r *runner) runFloor(ctx context.Context, f *family) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		n := max(r.opts.slices, 1)
-		slice := r.opts.duration / time.Duration(n)
-		var b0s, bs []*Point
-		for i := range n {
-			warm := r.opts.warmup
-			if i > 0 {
-				warm = min(warm, 200*time.Millisecond)
-			}
-			b0s = append(b0s, r.floorSample(f.probe, "B0", "", c, bare, warm, slice))
-			bs = append(bs, r.floorSample(f.probe, "B1", v.name, c, v.op, warm, slice))
-		}
-		b0s = append(b0s, r.floorSample(f.probe, "B0", "", c, bare, 200*time.Millisecond, slice))
-		p0, p := r.record(mergePoints(b0s)), r.record(mergePoints(bs))
-		p.Baseline, p.BaselineRPS, p.BaselineP99 = "B0", p0.RPS, p0.P99
+		r.measureAgainst(nil, f.probe, famFloor, c, 0, "B0", opTarget(bare), "B1", v.name, opTarget(v.op))
 	}
 	if b := fl.batch; b.batches.Load() > 0 {
 		r.note("%s: batched claims averaged %.1f claims per INSERT at c=%d", famFloor,
@@ -87,76 +74,16 @@ func (r *runner) runFloor(ctx context.Context, f *family) error {
 	return nil
 }
 
-// floorSample runs op in closed loop like runLoad does requests.
-func (r *runner) floorSample(probe func() map[string]float64, bench, variant string, conc int, op floorOp, warmup, window time.Duration) *Point {
-	s := runOps(op, conc, warmup, window, probe)
-	p := &Point{
-		Family: famFloor, Bench: bench, Variant: variant, Concurrency: conc,
-		Requests: s.requests, Errors: s.errors, FirstError: s.firstErr, Seconds: s.window.Seconds(),
-		Statuses: map[string]int{}, Server: s.probe, lat: s.lat,
-	}
-	p.RPS = float64(len(s.lat)) / s.window.Seconds()
-	fillLatency(p, p.lat)
-	return p
-}
-
-// runOps is runLoad for database operations.
-func runOps(op floorOp, conc int, warmup, dur time.Duration, probe func() map[string]float64) sample {
-	start := time.Now()
-	winStart, winEnd := start.Add(warmup), start.Add(warmup+dur)
-	type result struct {
-		lat      []time.Duration
-		errors   int64
-		firstErr string
-	}
-	results := make([]result, conc)
-	var wg sync.WaitGroup
-	for i := range conc {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			w, res := newWorker(i), &results[i]
-			for {
-				now := time.Now()
-				if now.After(winEnd) {
-					return
-				}
-				err := op(context.Background(), w)
-				done := time.Now()
-				if done.Before(winStart) || done.After(winEnd) {
-					continue
-				}
-				if err != nil {
-					res.errors++
-					if res.firstErr == "" {
-						res.firstErr = err.Error()
-					}
-					continue
-				}
-				res.lat = append(res.lat, done.Sub(now))
+// opTarget drives op in closed loop as runLoad drives requests: each
+// committed op is a 201.
+func opTarget(op floorOp) target {
+	return target{gen: func(*worker) request { return request{} }, wantStatus: http.StatusCreated,
+		call: func(w *worker, _ request) (int, bool, error) {
+			if err := op(context.Background(), w); err != nil {
+				return 0, false, err
 			}
-		}()
-	}
-	var before, after map[string]float64
-	if probe != nil {
-		time.Sleep(time.Until(winStart))
-		before = probe()
-		time.Sleep(time.Until(winEnd))
-		after = probe()
-	}
-	wg.Wait()
-	s := sample{window: dur}
-	for _, res := range results {
-		s.lat = append(s.lat, res.lat...)
-		s.errors += res.errors
-		if s.firstErr == "" {
-			s.firstErr = res.firstErr
-		}
-	}
-	s.requests = int64(len(s.lat)) + s.errors
-	slices.Sort(s.lat)
-	s.probe = perRequest(before, after, dur, s.requests)
-	return s
+			return http.StatusCreated, false, nil
+		}}
 }
 
 // floor holds what the variants share.

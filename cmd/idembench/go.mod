@@ -12,6 +12,7 @@ require (
 	github.com/orderguard/idempotency/examples/grpcserver v0.0.0
 	github.com/orderguard/idempotency/examples/orderconsumer v0.0.0
 	github.com/orderguard/idempotency/grpc v0.0.0
+	github.com/orderguard/idempotency/payment/standard v0.0.0
 	github.com/orderguard/idempotency/redis v0.0.0
 	github.com/rabbitmq/amqp091-go v1.16.0
 	github.com/redis/go-redis/v9 v9.23.0
@@ -28,6 +29,7 @@ require (
 	github.com/nats-io/nuid v1.0.1 // indirect
 	github.com/orderguard/idempotency/amqp v0.0.0 // indirect
 	github.com/orderguard/idempotency/nats v0.0.0 // indirect
+	github.com/standard-webhooks/standard-webhooks/libraries v1.3.0 // indirect
 	golang.org/x/sync v0.24.0 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
 )
@@ -88,3 +90,7 @@ replace github.com/orderguard/idempotency/amqp => ../../amqp
 replace github.com/orderguard/idempotency/examples/orderconsumer => ../../examples/orderconsumer
 
 replace github.com/orderguard/idempotency/examples/internal/dburl => ../../examples/internal/dburl
+
+replace github.com/orderguard/idempotency/examples/internal/cli => ../../examples/internal/cli
+
+replace github.com/orderguard/idempotency/payment/standard => ../../payment/standard

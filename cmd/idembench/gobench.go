@@ -104,3 +104,18 @@ func runGoBench(ctx context.Context, benchtime, mysqlDSN string) ([]GoBench, str
 	}
 	return benches, cmdline, out.String(), nil
 }
+
+// goBenchMarkdown writes the Go benchmarks' lines, if they ran.
+func (rep *Report) goBenchMarkdown(b *strings.Builder) {
+	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	if len(rep.GoBench) > 0 {
+		w("## In-process path: allocations per request\n\n")
+		w("`%s` in the repository root (bench_test.go, fingerprint_test.go), run by idembench before the load points. ", rep.GoBenchCmd)
+		w("`FakeStore` runs the real middleware over an in-memory idempotency.Store whose transactions come from a do-nothing database/sql driver, with a minimal handler that answers a fixed 201 — a fake used only in these benchmarks, so that they count the middleware's own work; `FakeStore/no-middleware` is the same handler in a plain transaction. ")
+		w("`MariaDB` runs the example order service over the real MySQL store and a fresh database from internal/testdb (skipped without a server), through ServeHTTP without a network, so every allocation of middleware, store, driver and handler counts. Each iteration also builds its request from a template (a few allocations, in every variant).\n\n```\n")
+		for _, g := range rep.GoBench {
+			w("%s\n", g.Line)
+		}
+		w("```\n\n")
+	}
+}

@@ -14,7 +14,6 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/orderguard/idempotency"
 	"github.com/orderguard/idempotency/examples/grpcserver/ordergrpc"
 	"github.com/orderguard/idempotency/examples/grpcserver/orderpb"
 	"github.com/orderguard/idempotency/examples/orderservice"
@@ -45,31 +44,7 @@ var grpcRequests = func() [][]*orderpb.CreateOrderRequest {
 func (r *runner) runGRPC(ctx context.Context, f *family) error {
 	fam := f.name + "-grpc"
 	fmt.Fprintf(os.Stderr, "== %s: B0 bare gRPC create, B1 first call, B2 replay\n", fam)
-	base, err := f.grpcTarget(orderservice.Options{}, genBaseline, false)
-	if err != nil {
-		return err
-	}
-	first := map[idempotency.Mode]target{}
-	for _, m := range r.opts.modes {
-		if first[m], err = f.grpcTarget(orderservice.Options{Idempotency: true, Config: idempotency.Config{Mode: m}}, genNewKey, false); err != nil {
-			return err
-		}
-	}
-	pool, err := createPool(nil, first[r.opts.modes[0]], r.opts.poolSize, 16)
-	if err != nil {
-		return err
-	}
-	replay, err := f.grpcTarget(orderservice.Options{Idempotency: true, Config: idempotency.Config{Mode: r.opts.modes[0]}}, genReplay(pool), true)
-	if err != nil {
-		return err
-	}
-	for _, c := range r.opts.concurrency {
-		for _, m := range r.opts.modes {
-			r.measureAgainst(nil, f.probe, fam, c, 0, "B0", base, "B1", modeName(m), first[m])
-		}
-		r.measureAgainst(nil, f.probe, fam, c, 0, "B0", base, "B2", modeName(r.opts.modes[0])+", cache on", replay)
-	}
-	return nil
+	return r.measureB0B2(fam, nil, f.probe, f.grpcTarget, r.opts.modes[:1], []bool{true})
 }
 
 // grpcTarget serves the order service with opts over gRPC until the family

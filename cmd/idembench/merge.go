@@ -43,7 +43,7 @@ type Appendix struct {
 }
 
 // partOrder is the order of the parts in a full run (the steps of run).
-var partOrder = []string{"go benchmarks", "harness ceiling", "mariadb", "postgres", "sqlite", "fleet", "b4", "fiber", "queue", "galera"}
+var partOrder = []string{"go benchmarks", "harness ceiling", "mariadb", "postgres", "sqlite", "fleet", "b4", "fiber", "queue", "webhook", "galera"}
 
 // handPart maps the key of a hand-written section's heading (sectionKey) to
 // the part whose generated section it stands for.
@@ -258,6 +258,18 @@ func handSections(md, rendered string) []Appendix {
 		}
 	}
 	return out
+}
+
+// optionsOf is the settings of the run that measured part: in a merged
+// report its source's, so that a family's section states how it was
+// measured, not how the latest run was; otherwise this run's.
+func (rep *Report) optionsOf(part string) map[string]any {
+	for _, s := range rep.Sources {
+		if slices.Contains(s.Parts, part) {
+			return s.Options
+		}
+	}
+	return rep.Options
 }
 
 // appendixMarkdown writes the appendices whose part no point stands for.

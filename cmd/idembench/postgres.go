@@ -1,14 +1,8 @@
 package main
 
-// The postgres family (issue 12): B0–B3 on PostgreSQL, through the postgres
-// store module and the example service's postgres dialect, in the same run
-// and report as MariaDB.
-
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"strconv"
@@ -23,6 +17,10 @@ import (
 	"github.com/orderguard/idempotency/examples/orderservice"
 	"github.com/orderguard/idempotency/postgres"
 )
+
+// The postgres family (issue 12): B0–B3 on PostgreSQL, through the postgres
+// store module and the example service's postgres dialect, in the same run
+// and report as MariaDB.
 
 // postgresAdmin opens a small pool to the server of url (its own database)
 // and checks that it answers within 5 s.
@@ -60,9 +58,7 @@ func openPostgres(ctx context.Context, url, label string) (*family, error) {
 	if err != nil {
 		return nil, err
 	}
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	name := "idembench_" + hex.EncodeToString(b[:]) + "_" + label
+	name := databaseName(label)
 	if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
 		admin.Close()
 		return nil, fmt.Errorf("create database %s: %w", name, err)
@@ -220,39 +216,4 @@ func describePostgres(ctx context.Context, url string) (string, map[string]strin
 		rows.Close()
 	}
 	return version, vars
-}
-
-// postgresTimeGoes writes the per-request costs on PostgreSQL at the
-// headline concurrency: what each path adds over the bare create.
-func (rep *Report) postgresTimeGoes(b *strings.Builder) {
-	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
-	var b0 *Point
-	for _, g := range rep.B0 {
-		if g.Family == "postgres" && (b0 == nil || g.Concurrency == headlineConc) {
-			b0 = g
-		}
-	}
-	if b0 == nil {
-		return
-	}
-	stat := func(p *Point) string {
-		return fmt.Sprintf("%.1f round trips, %.2f commits, %.2f WAL syncs, CPU %.2f ms in this process + %.2f ms in PostgreSQL (%.0f%% + %.0f%% of a core, %.0f%% by others)",
-			p.Server["round_trips"], p.Server["commits"], p.Server["fsyncs"], p.Server["cpu_self_ms_per_req"], p.Server["cpu_db_ms_per_req"],
-			p.Server["cpu_self"], p.Server["cpu_db"], p.Server["cpu_other"])
-	}
-	w("## Where the time goes on PostgreSQL\n\n")
-	w("Per request at concurrency %d on PostgreSQL (round trips and commits counted in this process; WAL syncs are `pg_stat_wal.wal_sync`, server-wide; CPU in PostgreSQL is the backends of the benchmark's database plus the WAL writer, checkpointer and background writer):\n\n", b0.Concurrency)
-	w("- B0: %s.\n", stat(b0))
-	for _, p := range rep.Points {
-		if p.Family != "postgres" || p.Concurrency != b0.Concurrency || (p.Bench != "B1" && p.Bench != "B2") {
-			continue
-		}
-		extra := ""
-		if p.Bench == "B1" {
-			extra = fmt.Sprintf("; %+.1f round trips, %+.2f ms of PostgreSQL CPU over B0", p.Server["round_trips"]-b0.Server["round_trips"],
-				p.Server["cpu_db_ms_per_req"]-b0.Server["cpu_db_ms_per_req"])
-		}
-		w("- %s: %s%s.\n", p.label(), stat(p), extra)
-	}
-	w("\nWith synchronous_commit=on a commit waits for its WAL flush, as with innodb_flush_log_at_trx_commit=1 on MariaDB; concurrent commits share flushes. PostgreSQL backends flush their statistics at most once a second, so WAL syncs per request smear between neighbouring slices: indicative only.\n\n")
 }

@@ -89,39 +89,28 @@ func (r *runner) runQueue(ctx context.Context, f *family) error {
 		if _, err := qr.run(ctx, base); err != nil { // warm-up: connections, pools, caches
 			return fmt.Errorf("%s warm-up: %w", b.kind, err)
 		}
-		var seq []*Point
-		last := ""
 		slices := r.opts.slices
 		if r.opts.quick {
 			slices = 1 // a report of the quick run, about 15 s
 		}
-		for range slices {
-			for _, v := range variants {
-				for _, w := range []queueVariant{base, v} {
-					if w.label(b.kind) == last {
-						continue // the previous variant's closing baseline opens this one
-					}
-					p, err := qr.run(ctx, w)
-					if err != nil {
-						return fmt.Errorf("%s %s: %w", b.kind, w.label(b.kind), err)
-					}
-					seq = append(seq, p)
-					last = w.label(b.kind)
+		runOf := func(v queueVariant) fixedRun {
+			return fixedRun{label: v.label(b.kind), run: func() (*Point, error) {
+				p, err := qr.run(ctx, v)
+				if err != nil {
+					return nil, fmt.Errorf("%s %s: %w", b.kind, v.label(b.kind), err)
 				}
-			}
-			p, err := qr.run(ctx, base)
-			if err != nil {
-				return err
-			}
-			seq, last = append(seq, p), base.label(b.kind)
+				return p, nil
+			}}
 		}
-		setBaselines(seq, func(p *Point) string {
-			if p.Bench == "Q0" && p.Variant == b.kind {
-				return ""
-			}
-			return "Q0 " + b.kind
-		})
-		for _, p := range mergeQueuePoints(seq) {
+		var runs []fixedRun
+		for _, v := range variants {
+			runs = append(runs, runOf(v))
+		}
+		pts, err := rounds(slices, runOf(base), runs)
+		if err != nil {
+			return err
+		}
+		for _, p := range pts {
 			r.record(p)
 		}
 	}
@@ -129,46 +118,6 @@ func (r *runner) runQueue(ctx context.Context, f *family) error {
 		return errors.New("no broker reachable (-nats, -amqp)")
 	}
 	return nil
-}
-
-// mergeQueuePoints joins the runs of each label: messages over the summed
-// seconds, baselines weighted alike.
-func mergeQueuePoints(seq []*Point) []*Point {
-	var order []string
-	by := map[string]*Point{}
-	for _, p := range seq {
-		m := by[p.label()]
-		if m == nil {
-			cp := *p
-			cp.Statuses, cp.Server = map[string]int{}, nil
-			cp.BaselineRPS, cp.Requests, cp.Seconds = 0, 0, 0
-			m = &cp
-			by[p.label()] = m
-			order = append(order, p.label())
-		}
-		for k, v := range p.Statuses {
-			m.Statuses[k] += v
-		}
-		if m.Server == nil {
-			m.Server = map[string]float64{"run_rps_min": p.RPS, "run_rps_max": p.RPS}
-		}
-		m.Server["run_rps_min"] = min(m.Server["run_rps_min"], p.RPS)
-		m.Server["run_rps_max"] = max(m.Server["run_rps_max"], p.RPS)
-		m.Requests += p.Requests
-		m.Seconds += p.Seconds
-		if p.BaselineRPS > 0 {
-			// Each run's baseline, weighted by the run's seconds.
-			m.BaselineRPS += p.BaselineRPS * p.Seconds
-		}
-	}
-	out := make([]*Point, 0, len(order))
-	for _, l := range order {
-		m := by[l]
-		m.RPS = float64(m.Requests) / m.Seconds
-		m.BaselineRPS /= m.Seconds
-		out = append(out, m)
-	}
-	return out
 }
 
 // queueRunner runs one broker's variants.
@@ -379,9 +328,10 @@ func (rep *Report) queueMarkdown(b *strings.Builder) {
 		return
 	}
 	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	opts := rep.optionsOf(famQueue)
 	w("\n## Queue consumers (%s, MariaDB)\n\n", famQueue)
 	w("The create consumed from a queue by examples/orderconsumer's consumer (%v workers; batched variants take up to %v messages per transaction), on a fresh subject or queue per run, its %v messages (three times as many deliveries in Q2) published before the consumer starts: msg/s is deliveries settled from the consumer's start until the last. ",
-		rep.Options["queue_workers"], rep.Options["queue_batch"], rep.Options["queue_messages"])
+		opts["queue_workers"], opts["queue_batch"], opts["queue_messages"])
 	w("Q0 is the unprotected consumer (a plain transaction per message, acked after its commit), each variant measured between two of its runs; /Q0 is the variant over them. Q1 is protected by the service's create_order Middleware, one by one (Do) or in batches (DoBatch); Q2 delivers every message three times (three publishes under one key): protected, one order and two replays each; unprotected, three orders. `orders` counts purchase_order rows the runs made, over all slices; `runs` is the slowest and the fastest run's msg/s, which shows how much the machine's other work moved them.\n\n")
 	w("| broker | variant | msg/s | /Q0 | runs (msg/s) | orders | naks |\n|---|---|---:|---:|---:|---:|---:|\n")
 	for _, p := range pts {

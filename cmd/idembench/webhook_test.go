@@ -1,0 +1,55 @@
+package main
+
+import (
+	"context"
+	"os"
+	"testing"
+)
+
+// The webhook family pays every order exactly once through the protected
+// webhook, also in a redelivery storm, and counts the naive twin's double
+// effects there. It needs a MariaDB server: skipped without one, except in
+// CI.
+func TestWebhookFamily_ProtectedAppliesEveryEventOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	opts, err := parseOptions([]string{"-quick", "-webhook-events", "40", "-webhook-senders", "8"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := openMariaDB(ctx, opts.mysql, "test_webhook")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
+	t.Cleanup(f.close)
+	r := &runner{opts: opts}
+	if err := r.runWebhook(ctx, f); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.failures) > 0 {
+		t.Fatalf("failures: %q", r.failures)
+	}
+	got := map[string]*Point{}
+	for _, p := range r.points {
+		got[p.label()] = p
+	}
+	for _, label := range []string{"W0 mariadb naive", "W1 mariadb claim-first", "W2 mariadb storm naive", "W2 mariadb storm claim-first"} {
+		p := got[label]
+		switch {
+		case p == nil:
+			t.Fatalf("no point %q in %v", label, r.points)
+		case p.Errors > 0:
+			t.Errorf("%s: %d errors (first: %s)", label, p.Errors, p.FirstError)
+		case p.Bench == "W1" || label == "W2 mariadb storm claim-first":
+			if p.Statuses["doubles"] != 0 || p.BaselineRPS == 0 {
+				t.Errorf("%s: %d double effects, baseline %.0f/s; want none, against its naive twin", label, p.Statuses["doubles"], p.BaselineRPS)
+			}
+		}
+	}
+	if got["W2 mariadb storm claim-first"].Statuses["deliveries"] < 3*40 {
+		t.Errorf("storm deliveries %v, want every event three times at least", got["W2 mariadb storm claim-first"].Statuses)
+	}
+}
