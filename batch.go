@@ -248,7 +248,7 @@ func (b *batchRun) runTogether() bool {
 		fctx, end := m.startStage(ctx, StageFinalize)
 		switch {
 		case err == nil:
-			m.cacheOwn(a.scope, a.key, a.fingerprint, StatusDone, mb.snap, started)
+			a.cacheOwn(StatusDone, mb.snap, started)
 			a.answerWith(mb.snap.StatusCode, mb.res.header, mb.snap.Body)
 			a.done(Event{Outcome: OutcomeCommitted, Status: mb.snap.StatusCode})
 		case a.mode == ModeSinglePhase:

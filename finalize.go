@@ -69,7 +69,7 @@ func (a *attempt) commit(ctx context.Context, tx *sql.Tx, header map[string][]st
 		a.resolveCommit(ctx, finished, header, snap, err)
 		return
 	}
-	a.m.cacheOwn(a.scope, a.key, a.fingerprint, StatusDone, snap, started)
+	a.cacheOwn(StatusDone, snap, started)
 	a.answerWith(snap.StatusCode, header, snap.Body)
 	a.done(Event{Outcome: OutcomeCommitted, Status: snap.StatusCode})
 }
@@ -145,7 +145,7 @@ func (a *attempt) storeRejection(ctx context.Context, header map[string][]string
 		}
 		a.m.log(slog.LevelError, "could not store a rejection; key released", a.keyHash, "err", err)
 	default:
-		a.m.cacheOwn(a.scope, a.key, a.fingerprint, StatusFailed, snap, started)
+		a.cacheOwn(StatusFailed, snap, started)
 	}
 	a.answerWith(snap.StatusCode, header, snap.Body)
 	a.done(Event{Outcome: OutcomeRejected, Status: snap.StatusCode})

@@ -141,6 +141,12 @@ type attempt struct {
 	// sharedBlind: a call to Config.SharedCache failed or was skipped for
 	// this request, so its miss says nothing about the key (shared.go).
 	sharedBlind bool
+	// sharedMarked: this attempt's in-flight marker is set in
+	// Config.SharedCache; the replay it leaves (sharedPut, for
+	// sharedPutTTL) goes there with the marker's removal.
+	sharedMarked bool
+	sharedPut    *Record
+	sharedPutTTL time.Duration
 }
 
 // newAttempt starts a request's attempt and its StageRequest.

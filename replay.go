@@ -80,19 +80,19 @@ func (a *attempt) lookup(ctx context.Context) (*Record, error) {
 	if err == nil && rec.Status.Final() && !rec.Expired {
 		ttl := rec.ExpiresAt.Sub(rec.ReadAt)
 		a.m.cache.put(rec, ttl-cacheMargin(ttl))
-		a.m.putShared(rec, ttl-cacheMargin(ttl)) // Config.SharedCache (shared.go)
+		a.putShared(rec, ttl-cacheMargin(ttl)) // Config.SharedCache (shared.go)
 	}
 	return rec, err
 }
 
 // cacheOwn caches a record this process just finished. The store computed
 // its expiry at some moment after started, so the entry's clock starts there.
-func (m *Middleware) cacheOwn(scope, key, fingerprint string, st Status, snap *Snapshot, started time.Time) {
-	ttl := m.cfg.Retention
+func (a *attempt) cacheOwn(st Status, snap *Snapshot, started time.Time) {
+	ttl := a.m.cfg.Retention
 	ttl -= cacheMargin(ttl) + time.Since(started)
-	rec := &Record{Scope: scope, Key: key, Fingerprint: fingerprint, Status: st, Snapshot: snap}
-	m.cache.put(rec, ttl)
-	m.putShared(rec, ttl) // Config.SharedCache (shared.go)
+	rec := &Record{Scope: a.scope, Key: a.key, Fingerprint: a.fingerprint, Status: st, Snapshot: snap}
+	a.m.cache.put(rec, ttl)
+	a.putShared(rec, ttl) // Config.SharedCache (shared.go)
 }
 
 // snapshot keeps the status, the allow-listed headers and the body.

@@ -39,9 +39,23 @@ type SharedCache interface {
 	MarkInFlight(ctx context.Context, m InFlightMarker, ttl time.Duration) (held *InFlightMarker, set bool)
 
 	// UnmarkInFlight removes m's marker if m.Owner still holds it. The
-	// middleware calls it once the attempt has answered, for each
-	// MarkInFlight that reported set, and only then.
+	// middleware calls it (or PutReplayAndUnmark) once the attempt has
+	// answered, for each marking that reported set, and only then.
 	UnmarkInFlight(ctx context.Context, m InFlightMarker)
+
+	// MarkUnlessReplay is GetReplay and MarkInFlight in one atomic call,
+	// the first a request makes when it misses the in-process cache: a
+	// replay cached for m's scope and key is returned as GetReplay returns
+	// it, and nothing is set; otherwise rec is nil and the rest is
+	// MarkInFlight's answer. So a new key costs one round trip before it
+	// executes.
+	MarkUnlessReplay(ctx context.Context, m InFlightMarker, ttl time.Duration) (rec *Record, recTTL time.Duration, held *InFlightMarker, set bool)
+
+	// PutReplayAndUnmark is PutReplay (when rec is not nil) and then
+	// UnmarkInFlight in one call: how an attempt that set its marker ends,
+	// so that its finish costs one round trip, and another instance never
+	// sees the marker gone before the replay is there.
+	PutReplayAndUnmark(ctx context.Context, rec *Record, ttl time.Duration, m InFlightMarker)
 }
 
 // InFlightMarker says that an attempt is executing a key somewhere in the
@@ -70,9 +84,11 @@ type SharedCacheHealthReporter interface {
 }
 
 // preFilter consults Config.SharedCache between the in-process cache and the
-// Store. It answers a replay of a matching committed snapshot. Otherwise it
-// marks the key as executing by this attempt and returns the function that
-// removes the marker once the attempt has answered. When another attempt's
+// Store, in one call (MarkUnlessReplay). It answers a replay of a matching
+// committed snapshot. Otherwise it marks the key as executing by this
+// attempt and returns the function that removes the marker once the
+// attempt has answered, in one call with the replay the attempt leaves
+// (putShared). When another attempt's
 // live marker carries the same fingerprint, the request waits for that
 // attempt's outcome if InFlightWait allows (awaitMarker), and otherwise, or
 // if the marker outlives the wait, is answered in-progress: without
@@ -86,11 +102,11 @@ func (a *attempt) preFilter() (unmark func(), answered bool) {
 		return func() {}, false
 	}
 	misses := sharedMisses(sc)
-	if a.replayFromShared(a.ctx, sc) {
+	m := InFlightMarker{Scope: a.scope, Key: a.key, Fingerprint: a.fingerprint, Owner: a.m.newOwner()}
+	held, set, replayed := a.markUnlessReplay(a.ctx, sc, m)
+	if replayed {
 		return nil, true
 	}
-	m := InFlightMarker{Scope: a.scope, Key: a.key, Fingerprint: a.fingerprint, Owner: a.m.newOwner()}
-	held, set := sc.MarkInFlight(a.ctx, m, a.m.cfg.Lease)
 	if held != nil && held.Fingerprint == a.fingerprint && a.m.cfg.InFlightWait > 0 {
 		if held, set, answered = a.awaitMarker(sc, m, held); answered {
 			return nil, true
@@ -99,7 +115,11 @@ func (a *attempt) preFilter() (unmark func(), answered bool) {
 	a.sharedBlind = sharedMisses(sc) != misses
 	switch {
 	case set:
-		return func() { sc.UnmarkInFlight(context.WithoutCancel(a.ctx), m) }, false
+		a.sharedMarked = true
+		return func() {
+			a.sharedMarked = false
+			sc.PutReplayAndUnmark(context.WithoutCancel(a.ctx), a.sharedPut, a.sharedPutTTL, m)
+		}, false
 	case held == nil:
 		return func() {}, false // the cache could not tell: the Store decides
 	case held.Fingerprint == a.fingerprint:
@@ -133,17 +153,20 @@ func (a *attempt) replayable(rec *Record) bool {
 		rec.Status.Final() && rec.Snapshot != nil
 }
 
-// replayFromShared answers with the shared cache's replay of the key, if
-// it holds one this request may be answered with.
-func (a *attempt) replayFromShared(ctx context.Context, sc SharedCache) bool {
-	rec, ttl := sc.GetReplay(ctx, a.scope, a.key)
+// markUnlessReplay answers with the shared cache's replay of the key, if it
+// holds one this request may be answered with (replayed), and otherwise
+// reports how marking m went, as MarkInFlight does. A replay it may not
+// answer with (another fingerprint, not final) sets no marker: the key is
+// finished, and the Store decides.
+func (a *attempt) markUnlessReplay(ctx context.Context, sc SharedCache, m InFlightMarker) (held *InFlightMarker, set, replayed bool) {
+	rec, ttl, held, set := sc.MarkUnlessReplay(ctx, m, a.m.cfg.Lease)
 	if !a.replayable(rec) {
-		return false
+		return held, set, false
 	}
 	a.m.cache.put(rec, ttl-cacheMargin(ttl))
 	a.from = ReplayFromShared
 	a.respondToDuplicate(rec)
-	return true
+	return nil, set, true
 }
 
 // awaitMarker waits, within the attempt's wait (waitContext), for the
@@ -163,21 +186,26 @@ func (a *attempt) awaitMarker(sc SharedCache, m InFlightMarker, held *InFlightMa
 		if !a.nextLook(ctx, &poll) {
 			return held, false, false
 		}
-		if a.replayCached() || a.replayFromShared(ctx, sc) {
+		if a.replayCached() {
 			return nil, false, true
 		}
-		held, set = sc.MarkInFlight(ctx, m, a.m.cfg.Lease)
+		if held, set, answered = a.markUnlessReplay(ctx, sc, m); answered {
+			return nil, false, true
+		}
 	}
 	if held != nil {
 		return held, false, false // another request's marker
 	}
-	// The marker's owner removes it after caching its answer, so an answer
-	// it had is there now.
-	answered = a.replayCached() || a.replayFromShared(ctx, sc)
-	if answered && set {
-		sc.UnmarkInFlight(context.WithoutCancel(a.ctx), m)
+	// The marker's owner removes it with the call that caches its answer,
+	// so an answer it had was there for markUnlessReplay, or is in this
+	// instance's cache now.
+	if a.replayCached() {
+		if set {
+			sc.UnmarkInFlight(context.WithoutCancel(a.ctx), m)
+		}
+		return nil, false, true
 	}
-	return nil, set, answered
+	return nil, set, false
 }
 
 // replayCached answers from this instance's cache, if it holds the key.
@@ -189,6 +217,19 @@ func (a *attempt) replayCached() bool {
 	a.from = ReplayFromCache
 	a.respondToDuplicate(rec)
 	return true
+}
+
+// putShared offers a final record, committed in the Store, to
+// Config.SharedCache: with the call that removes the attempt's in-flight
+// marker when it set one (see preFilter), else at once.
+func (a *attempt) putShared(rec *Record, ttl time.Duration) {
+	if a.sharedMarked {
+		if ttl > 0 {
+			a.sharedPut, a.sharedPutTTL = rec, ttl
+		}
+		return
+	}
+	a.m.putShared(rec, ttl)
 }
 
 // putShared offers a final record, committed in the Store, to

@@ -151,6 +151,17 @@ func (c *blindCache) MarkInFlight(_ context.Context, _ InFlightMarker, _ time.Du
 
 func (c *blindCache) UnmarkInFlight(context.Context, InFlightMarker) {}
 
+func (c *blindCache) MarkUnlessReplay(ctx context.Context, m InFlightMarker, ttl time.Duration) (*Record, time.Duration, *InFlightMarker, bool) {
+	held, set := c.MarkInFlight(ctx, m, ttl)
+	return nil, 0, held, set
+}
+
+func (c *blindCache) PutReplayAndUnmark(ctx context.Context, rec *Record, ttl time.Duration, m InFlightMarker) {
+	if rec != nil {
+		c.PutReplay(ctx, rec, ttl)
+	}
+}
+
 func (c *blindCache) Health() SharedCacheHealth {
 	return SharedCacheHealth{Up: !c.down, Skipped: c.skipped.Load()}
 }

@@ -27,6 +27,10 @@ type SQLStore struct {
 	// retried; backoff is jittered between retryBase and 2*retryBase.
 	retries   int
 	retryBase time.Duration
+
+	// withCommit: db is from OpenMySQL, whose connections send the
+	// record's statement in the business transaction with its COMMIT.
+	withCommit bool
 }
 
 var _ Store = (*SQLStore)(nil)
@@ -254,6 +258,9 @@ func (s *SQLStore) InsertFinal(ctx context.Context, tx *sql.Tx, c Claim, st Stat
 	args = append([]any{c.Scope, c.Key, c.Fingerprint, args[0], c.Owner}, args[1:5]...)
 	var res sql.Result
 	if tx != nil {
+		if s.withCommit {
+			ctx = withCommit(ctx)
+		}
 		res, err = tx.ExecContext(ctx, s.sqlNow().InsertFinalInTx, args...)
 	} else {
 		res, err = s.exec(ctx, s.dialect.InsertFinal, args...)

@@ -119,8 +119,9 @@ type Store interface {
 	// the key it returns ErrKeyClaimed, even one past its retention: such a
 	// key is renewed through Claim and TakeOver, which are fenced. A store
 	// may send the insert with tx's COMMIT instead (package postgres does,
-	// on a database from its OpenDB): then tx.Commit reports a taken key as
-	// an error matching ErrKeyClaimed, having committed nothing.
+	// on a database from its OpenDB, and NewMySQLStore on one from
+	// OpenMySQL): then tx.Commit reports a taken key as an error matching
+	// ErrKeyClaimed, having committed nothing.
 	InsertFinal(ctx context.Context, tx *sql.Tx, c Claim, st Status, snap *Snapshot) error
 
 	// ExpiredLeases returns up to limit PROCESSING records whose lease has

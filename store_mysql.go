@@ -168,9 +168,12 @@ func mysqlErrorIs(err error, number uint16) bool {
 //
 // Open db with interpolateParams=true: every statement here is a single
 // round trip then, instead of prepare, execute and close. parseTime is
-// optional; the store reads times either way.
+// optional; the store reads times either way. On a db from OpenMySQL
+// single-phase's record INSERT travels with the COMMIT.
 func NewMySQLStore(db *sql.DB) *SQLStore {
-	return NewSQLStore(db, MySQLDialect)
+	s := NewSQLStore(db, MySQLDialect)
+	s.withCommit = sendsWithCommit(db)
+	return s
 }
 
 // Migrate applies the MySQL schema (idempotency_record and the reference

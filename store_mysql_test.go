@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"testing"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/stretchr/testify/require"
 
 	"github.com/orderguard/idempotency"
@@ -13,8 +14,27 @@ import (
 	"github.com/orderguard/idempotency/storetest"
 )
 
-// newMySQL returns a fresh, migrated MariaDB/MySQL database.
+// newMySQL returns a fresh, migrated MariaDB/MySQL database on a pool from
+// idempotency.OpenMySQL, the way the README opens one: the middleware's
+// specifications run with the record's statement sent with the COMMIT.
+// The chaos specifications open go-sql-driver's own pool (sql.Open), so both
+// ways are specified.
 func newMySQL(t *testing.T) *sql.DB {
+	t.Helper()
+	plain, dsn := testdb.MySQL(t)
+	require.NoError(t, idempotency.Migrate(context.Background(), plain))
+	cfg, err := mysql.ParseDSN(dsn)
+	require.NoError(t, err)
+	db, err := idempotency.OpenMySQL(cfg)
+	require.NoError(t, err)
+	db.SetMaxOpenConns(80)
+	db.SetMaxIdleConns(80)
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// newPlainMySQL is newMySQL on go-sql-driver's own pool.
+func newPlainMySQL(t *testing.T) *sql.DB {
 	t.Helper()
 	db, _ := testdb.MySQL(t)
 	require.NoError(t, idempotency.Migrate(context.Background(), db))
@@ -23,8 +43,17 @@ func newMySQL(t *testing.T) *sql.DB {
 
 func TestMySQLStore_Conformance(t *testing.T) {
 	t.Parallel()
-	storetest.Exercise(t, func(t *testing.T) idempotency.Store {
-		return idempotency.NewMySQLStore(newMySQL(t))
+	t.Run("OpenMySQL", func(t *testing.T) {
+		t.Parallel()
+		storetest.Exercise(t, func(t *testing.T) idempotency.Store {
+			return idempotency.NewMySQLStore(newMySQL(t))
+		})
+	})
+	t.Run("sql.Open", func(t *testing.T) {
+		t.Parallel()
+		storetest.Exercise(t, func(t *testing.T) idempotency.Store {
+			return idempotency.NewMySQLStore(newPlainMySQL(t))
+		})
 	})
 }
 

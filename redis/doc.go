@@ -20,8 +20,15 @@
 //     and fingerprint all match the entry (a different fingerprint goes on to
 //     the database, which answers the conflict);
 //   - in-progress with Retry-After, while another attempt's in-flight marker
-//     (SET NX with the lease as TTL, owned by that attempt, deleted when it
-//     has answered) carries the same fingerprint.
+//     (set only where none is, with the lease as TTL, owned by that
+//     attempt, deleted when it has answered) carries the same fingerprint.
+//
+// A request makes at most one Redis call before the database and one after
+// its answer: a script that returns the replay, or else sets the
+// attempt's marker (MarkUnlessReplay), and one that writes the replay and
+// removes the marker (PutReplayAndUnmark). A key's replay and marker share
+// a hash tag, so both scripts run on a Redis Cluster too. A replay answered
+// from Redis is its one call.
 //
 // Whether an attempt executes is decided by the database alone: a flushed,
 // restarted or stopped Redis costs round trips, never a duplicate order.

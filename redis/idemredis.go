@@ -299,9 +299,115 @@ func (c *Cache) UnmarkInFlight(ctx context.Context, m idempotency.InFlightMarker
 	c.end(call, err)
 }
 
-// redisKey is Prefix, the kind ("r:" replay, "m:" marker) and the SHA-256 of
-// the scope and key, length-prefixed: raw keys never reach Redis's key
-// space, and each entry carries its scope and key to be checked on read.
+// markUnlessReplayScript returns the replay under KEYS[1] and its PTTL
+// ({1, replay, pttl}) and sets nothing; else, with ARGV[3] = "1", sets the
+// marker ARGV[1] under KEYS[2] for ARGV[2] ms unless one is there ({3}),
+// or returns the one there ({2, marker}); else {0}.
+var markUnlessReplayScript = redis.NewScript(`
+local r = redis.call("GET", KEYS[1])
+if r then return {1, r, redis.call("PTTL", KEYS[1])} end
+if ARGV[3] ~= "1" then return {0} end
+local held = redis.call("GET", KEYS[2])
+if held then return {2, held} end
+redis.call("SET", KEYS[2], ARGV[1], "PX", ARGV[2])
+return {3}`)
+
+// MarkUnlessReplay implements idempotency.SharedCache: one script, one
+// round trip, GetReplay and MarkInFlight at once. A call that failed
+// without an error reply may have set the marker, so it reports set.
+func (c *Cache) MarkUnlessReplay(ctx context.Context, m idempotency.InFlightMarker, ttl time.Duration) (rec *idempotency.Record, recTTL time.Duration, held *idempotency.InFlightMarker, set bool) {
+	mark := !c.cfg.DisableInFlightMarkers && ttl >= time.Millisecond
+	call, ok := c.begin()
+	if !ok {
+		return nil, 0, nil, false // skipped: nothing set, nothing to remove
+	}
+	ctx, cancel := c.context(ctx)
+	defer cancel()
+	flag := "0"
+	if mark {
+		flag = "1"
+	}
+	res, err := markUnlessReplayScript.Run(ctx, c.client,
+		[]string{c.redisKey("r:", m.Scope, m.Key), c.redisKey("m:", m.Scope, m.Key)},
+		encodeMarker(m), ttl.Milliseconds(), flag).Slice()
+	if err != nil {
+		c.end(call, err)
+		c.stats.misses.Add(1)
+		return nil, 0, nil, mark && classify(err) == failed
+	}
+	c.end(call, nil)
+	kind, _ := res[0].(int64)
+	if kind != 1 {
+		c.stats.misses.Add(1)
+	}
+	switch kind {
+	case 1:
+		b, _ := res[1].(string)
+		pttl, _ := res[2].(int64)
+		rec, err := decodeReplay([]byte(b), m.Scope, m.Key)
+		if err != nil {
+			c.stats.corrupt.Add(1)
+			c.stats.misses.Add(1)
+			return nil, 0, nil, false
+		}
+		c.stats.hits.Add(1)
+		return rec, max(0, time.Duration(pttl)*time.Millisecond), nil, false // -1 (no expiry: not ours) means unknown
+	case 2:
+		b, _ := res[1].(string)
+		held, err := decodeMarker([]byte(b), m.Scope, m.Key)
+		if err != nil {
+			c.stats.corrupt.Add(1)
+			return nil, 0, nil, false // cannot tell: the database decides
+		}
+		c.stats.markerHeld.Add(1)
+		return nil, 0, held, false
+	case 3:
+		c.stats.marked.Add(1)
+		return nil, 0, nil, true
+	}
+	return nil, 0, nil, false
+}
+
+// putAndUnmarkScript sets the replay ARGV[1] under KEYS[1] for ARGV[2] ms
+// (when ARGV[1] is not empty), then deletes the marker under KEYS[2] if it
+// is still ARGV[3].
+var putAndUnmarkScript = redis.NewScript(`
+if ARGV[1] ~= "" then redis.call("SET", KEYS[1], ARGV[1], "PX", ARGV[2]) end
+if redis.call("GET", KEYS[2]) == ARGV[3] then redis.call("DEL", KEYS[2]) end
+return 0`)
+
+// PutReplayAndUnmark implements idempotency.SharedCache: PutReplay and
+// UnmarkInFlight in one script, one round trip. Tried even while Redis is
+// marked down, as UnmarkInFlight is.
+func (c *Cache) PutReplayAndUnmark(ctx context.Context, rec *idempotency.Record, ttl time.Duration, m idempotency.InFlightMarker) {
+	if c.cfg.DisableInFlightMarkers {
+		c.PutReplay(ctx, rec, ttl)
+		return
+	}
+	var entry []byte
+	ttl = min(ttl, c.cfg.MaxTTL)
+	if rec != nil && rec.Status.Final() && rec.Snapshot != nil && ttl >= time.Millisecond {
+		if b := encodeReplay(rec); len(b) <= c.cfg.MaxEntryBytes {
+			entry = b
+		}
+	}
+	call := c.health.current()
+	ctx, cancel := c.context(ctx)
+	defer cancel()
+	err := putAndUnmarkScript.Run(ctx, c.client,
+		[]string{c.redisKey("r:", m.Scope, m.Key), c.redisKey("m:", m.Scope, m.Key)},
+		entry, ttl.Milliseconds(), encodeMarker(m)).Err()
+	c.end(call, err)
+	if err == nil && entry != nil {
+		c.stats.puts.Add(1)
+	}
+}
+
+// redisKey is Prefix, the SHA-256 of the scope and key, length-prefixed,
+// in braces, and the kind ("r:" replay, "m:" marker): raw keys never reach
+// Redis's key space, and each entry carries its scope and key to be checked
+// on read. The braces are a hash tag: a key's replay and marker live in one
+// hash slot of a Redis Cluster, so that one script may touch both.
 func (c *Cache) redisKey(kind, scope, key string) string {
 	h := sha256.New()
 	var n [8]byte
@@ -309,7 +415,7 @@ func (c *Cache) redisKey(kind, scope, key string) string {
 	h.Write(n[:])
 	h.Write([]byte(scope))
 	h.Write([]byte(key))
-	return c.cfg.Prefix + kind + hex.EncodeToString(h.Sum(nil))
+	return c.cfg.Prefix + "{" + hex.EncodeToString(h.Sum(nil)) + "}:" + kind
 }
 
 // context bounds a call by Config.Timeout, detached from the request's

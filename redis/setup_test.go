@@ -59,7 +59,7 @@ func captureClientLog(t testing.TB) {
 	clientLog.Watch(t)
 }
 
-func newRedisClient(t *testing.T, addr string, db int) *redis.Client {
+func newRedisClient(t testing.TB, addr string, db int) *redis.Client {
 	t.Helper()
 	captureClientLog(t)
 	rdb := redis.NewClient(&redis.Options{
@@ -72,7 +72,7 @@ func newRedisClient(t *testing.T, addr string, db int) *redis.Client {
 }
 
 // requireRedis skips (or, in CI, fails) the test when no Redis answers.
-func requireRedis(t *testing.T) {
+func requireRedis(t testing.TB) {
 	t.Helper()
 	rdb := newRedisClient(t, redisAddr(), 0)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
