@@ -255,7 +255,7 @@ func (rep *Report) fleetMarkdown(b *strings.Builder) {
 			nw.EquivRPS/bare.EquivRPS, nw.P99/p.BaselineP99, rp.EquivRPS/bare.EquivRPS, rp.P99/p.BaselineP99,
 			sourceShares(p), runsPerReplay, p.Server["round_trips"])
 	}
-	w("\nA kind's throughput ratio is (concurrency / its mean latency in the mix) over (concurrency / the bare create's mean latency): by Little's law, what a closed loop sending only that kind would answer at the latencies it had in the mix, over the bare create's. P99 ratios are over the bare create's P99 in the alternating slices. Sources come from a counting Observer: `Event.From` (cache or store), a wrapper of the shared cache that marks a request whose GetReplay found an entry (Redis), and, for a re-execution, a StageExecute in the same request. Handler runs per replay counts executions beyond one per new key (rolled-back runs of replays).\n\n")
+	w("\nA kind's throughput ratio is (concurrency / its mean latency in the mix) over (concurrency / the bare create's mean latency): by Little's law, what a closed loop sending only that kind would answer at the latencies it had in the mix, over the bare create's. P99 ratios are over the bare create's P99 in the alternating slices. Sources come from a counting Observer: `Event.From` (cache or store), a wrapper of the shared cache that marks a request whose MarkUnlessReplay found an entry (Redis), and, for a re-execution, a StageExecute in the same request. Handler runs per replay counts executions beyond one per new key (rolled-back runs of replays).\n\n")
 	rep.fleetTargets(b, pts)
 	rep.table(b, famFleet, pts, true)
 	rep.redisStopMarkdown(b)

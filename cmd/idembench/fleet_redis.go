@@ -149,7 +149,7 @@ func (fr *fleetRedis) close() {
 }
 
 // sharedCounter is the instance's shared cache, marking the request whose
-// GetReplay found an entry, for replaySources. It reports the cache's
+// MarkUnlessReplay (or GetReplay) found an entry, for replaySources. It reports the cache's
 // health as the cache does (the middleware reads it: single-phase reads
 // the record first after a failed or skipped call).
 type sharedCounter struct{ idempotency.SharedCache }
@@ -170,6 +170,14 @@ func (s sharedCounter) GetReplay(ctx context.Context, scope, key string) (*idemp
 		m.shared.Store(true)
 	}
 	return rec, ttl
+}
+
+func (s sharedCounter) MarkUnlessReplay(ctx context.Context, m idempotency.InFlightMarker, ttl time.Duration) (*idempotency.Record, time.Duration, *idempotency.InFlightMarker, bool) {
+	rec, recTTL, held, set := s.SharedCache.MarkUnlessReplay(ctx, m, ttl)
+	if marks, ok := ctx.Value(marksKey{}).(*requestMarks); ok && rec != nil {
+		marks.shared.Store(true)
+	}
+	return rec, recTTL, held, set
 }
 
 // redisStats sums the caches' counters.

@@ -95,18 +95,19 @@ type fakeShared struct {
 	rec *idempotency.Record
 }
 
-func (f fakeShared) GetReplay(context.Context, string, string) (*idempotency.Record, time.Duration) {
-	return f.rec, time.Minute
+func (f fakeShared) MarkUnlessReplay(context.Context, idempotency.InFlightMarker, time.Duration) (*idempotency.Record, time.Duration, *idempotency.InFlightMarker, bool) {
+	return f.rec, time.Minute, nil, f.rec == nil
 }
 
-// A replay whose GetReplay found an entry and that executed nothing is
-// counted as answered from Redis; one whose GetReplay missed, from the store.
+// A replay whose MarkUnlessReplay (the middleware's one call before the
+// database) found an entry and that executed nothing is counted as
+// answered from Redis; one whose call missed, from the store.
 func TestReplaySources_CountsSharedCacheHits(t *testing.T) {
 	src := &replaySources{}
 	replay := idempotency.Event{Final: true, Outcome: idempotency.OutcomeReplayed, Route: "create_order", From: idempotency.ReplayFromStore}
 	for _, rec := range []*idempotency.Record{{Key: "k"}, nil} {
 		ctx, _ := src.StartStage(context.Background(), idempotency.StageRequest, "create_order")
-		sharedCounter{fakeShared{rec: rec}}.GetReplay(ctx, "1", "k")
+		sharedCounter{fakeShared{rec: rec}}.MarkUnlessReplay(ctx, idempotency.InFlightMarker{}, time.Minute)
 		src.Observe(ctx, replay)
 	}
 	if src.shared.Load() != 1 || src.store.Load() != 1 {
