@@ -201,7 +201,7 @@ func (b *batchRun) runTogether() bool {
 	defer cancel()
 	txCtx, stopTx := context.WithCancel(context.WithoutCancel(b.runs[0].a.ctx))
 	defer stopTx()
-	tx, err := m.store.BeginTx(txCtx)
+	tx, err := m.beginTx(txCtx)
 	if err != nil {
 		return false // each alone meets the database as it is
 	}

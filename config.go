@@ -1,6 +1,7 @@
 package idempotency
 
 import (
+	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -160,6 +161,18 @@ type Config struct {
 	// the SharedCache without touching the store. Defaults to 0: answer
 	// in-progress at once.
 	InFlightWait time.Duration
+
+	// TxOptions are the options of the transaction the handler runs in
+	// (the store starts it with them: a TxOptionsBeginner, as SQLStore
+	// is). Defaults to nil: the database's default isolation. Payment
+	// events (Orders.ApplyPayment) on MySQL-family servers want
+	// sql.LevelReadCommitted: at REPEATABLE READ a locking read of a row
+	// that does not exist yet locks the index gap around it, so events of
+	// different orders wait for, and deadlock with, each other's
+	// uncommitted rows beside theirs (transient and retried, but most
+	// events of a busy provider then answer 503 first). The protocol holds
+	// at either level; PostgreSQL's default is READ COMMITTED.
+	TxOptions *sql.TxOptions
 
 	// InstanceID names this process in lease owners (locked_by). Defaults to
 	// hostname-pid.

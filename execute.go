@@ -117,7 +117,16 @@ func (h *handlerResult) err(limit int) error {
 // lives until finalize has committed or rolled it back.
 func (a *attempt) runHandler() (*handlerResult, error) {
 	txCtx, stopTx := context.WithCancel(context.WithoutCancel(a.ctx))
-	return a.runIn(func() (*sql.Tx, error) { return a.m.store.BeginTx(txCtx) }, stopTx, handlerBudget(a.m.cfg.Lease))
+	return a.runIn(func() (*sql.Tx, error) { return a.m.beginTx(txCtx) }, stopTx, handlerBudget(a.m.cfg.Lease))
+}
+
+// beginTx starts the handler's transaction, with Config.TxOptions when set
+// (New checked that the store takes them).
+func (m *Middleware) beginTx(ctx context.Context) (*sql.Tx, error) {
+	if m.cfg.TxOptions != nil {
+		return m.store.(TxOptionsBeginner).BeginTxOptions(ctx, m.cfg.TxOptions)
+	}
+	return m.store.BeginTx(ctx)
 }
 
 // runIn runs the action once in the transaction begin returns: its own,

@@ -3,6 +3,7 @@ package idempotency
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"time"
 )
@@ -40,6 +41,9 @@ func New(store Store, cfg *Config) (*Middleware, error) {
 	}
 	if err := ownerFits(store, c.InstanceID); err != nil {
 		return nil, err
+	}
+	if _, ok := store.(TxOptionsBeginner); c.TxOptions != nil && !ok {
+		return nil, fmt.Errorf("idempotency: Config.TxOptions needs a store that starts transactions with options (TxOptionsBeginner); %T is not one", store)
 	}
 	m := &Middleware{store: store, cfg: c, fingerprint: c.FingerprintFunc}
 	if c.Operation != nil {

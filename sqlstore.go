@@ -214,8 +214,13 @@ func (s *SQLStore) TakeOver(ctx context.Context, c Claim, from Lease) (Lease, er
 
 // BeginTx implements Store.
 func (s *SQLStore) BeginTx(ctx context.Context) (*sql.Tx, error) {
+	return s.BeginTxOptions(ctx, nil)
+}
+
+// BeginTxOptions implements TxOptionsBeginner.
+func (s *SQLStore) BeginTxOptions(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, error) {
 	s.sqlFor(ctx) // adapt before the transaction holds a connection
-	return s.db.BeginTx(ctx, nil)
+	return s.db.BeginTx(ctx, opts)
 }
 
 // FinishTx implements Store.

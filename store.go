@@ -79,6 +79,13 @@ type Claim struct {
 // ErrLeaseLost. The stores shipped here are SQL stores (MySQL in this
 // package, SQLite in package sqlite, PostgreSQL in package postgres); all
 // pass storetest.Exercise.
+// TxOptionsBeginner is a Store that starts the handler's transaction with
+// options: the Middleware uses it when Config.TxOptions is set, and New
+// refuses such a Config over a store that is not one.
+type TxOptionsBeginner interface {
+	BeginTxOptions(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, error)
+}
+
 type Store interface {
 	// Claim inserts a PROCESSING record in its own autocommit statement. It
 	// returns ErrKeyClaimed if a record for the scope and key exists.

@@ -24,7 +24,11 @@ type Config struct {
 	// Event.ID, in the scope ActionOf gives, with the fingerprint
 	// Event.Digest. Share it with the provider's other paths (a queue an
 	// event bridge feeds) so that one event is one action on every path.
-	// Required.
+	// On MySQL-family servers give it Config.TxOptions READ COMMITTED:
+	// at REPEATABLE READ the events of different orders lock the index
+	// gaps beside each other's rows and deadlock (transient, answered
+	// 503 and redelivered, but most of a busy provider's events first
+	// fail so). Required.
 	Middleware *idempotency.Middleware
 
 	// Orders is the order store's SQL in the database's dialect

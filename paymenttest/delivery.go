@@ -66,7 +66,7 @@ func race(t *testing.T, b *bundle, r run, first, second step) (waited bool, conf
 	t.Helper()
 	ctx := context.Background()
 	db, o := b.db, b.orders
-	txA, err := db.BeginTx(ctx, nil)
+	txA, err := db.BeginTx(ctx, b.engine.TxOptions)
 	require.NoError(t, err)
 	defer txA.Rollback() //nolint:errcheck
 	require.NoError(t, first.apply(ctx, txA, o, r))
@@ -79,7 +79,7 @@ func race(t *testing.T, b *bundle, r run, first, second step) (waited bool, conf
 		defer func() { done <- err }()
 		for attempt := 0; ; attempt++ {
 			var tx *sql.Tx
-			if tx, err = db.BeginTx(ctx, nil); err != nil {
+			if tx, err = db.BeginTx(ctx, b.engine.TxOptions); err != nil {
 				return
 			}
 			// A read first, as the idempotency record's transaction does:

@@ -127,7 +127,7 @@ func exerciseEvents(t *testing.T, e Engine) {
 	t.Run("CancelOfAnUnknownOrder_IsErrOrderNotFound", func(t *testing.T) {
 		t.Parallel()
 		b := newBundle(t, e)
-		tx, err := b.db.Begin()
+		tx, err := b.db.BeginTx(context.Background(), b.engine.TxOptions)
 		require.NoError(t, err)
 		defer tx.Rollback() //nolint:errcheck
 		_, err = b.orders.RequestCancel(context.Background(), tx, "O-nowhere")
@@ -147,7 +147,7 @@ func exerciseEvents(t *testing.T, e Engine) {
 		} {
 			ev := r.success(1500)
 			mutate(&ev)
-			tx, err := b.db.Begin()
+			tx, err := b.db.BeginTx(context.Background(), b.engine.TxOptions)
 			require.NoError(t, err)
 			_, err = b.orders.ApplyPayment(context.Background(), tx, ev)
 			require.ErrorIs(t, err, idempotency.ErrInvalidPaymentEvent, name)

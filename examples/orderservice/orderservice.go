@@ -207,6 +207,12 @@ func New(db *sql.DB, opts Options) (*Service, error) {
 		// given by payment.ActionOf to Do; no route of the service.
 		cfg := s.opts.Config
 		cfg.Route = PaymentEvents
+		if _, ok := s.opts.Store.(idempotency.TxOptionsBeginner); ok && s.opts.Dialect == "mysql" && cfg.TxOptions == nil {
+			// At REPEATABLE READ the events of different orders lock
+			// the index gaps beside each other's rows and deadlock
+			// (Config.TxOptions).
+			cfg.TxOptions = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
+		}
 		mw, err := idempotency.New(s.opts.Store, &cfg)
 		if err != nil {
 			return nil, err

@@ -52,6 +52,15 @@ type crashingStore struct {
 	point string
 }
 
+// BeginTxOptions passes Config.TxOptions (the payment events' isolation)
+// to the store, which takes them (orderservice sets them only then).
+func (s crashingStore) BeginTxOptions(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, error) {
+	if b, ok := s.Store.(idempotency.TxOptionsBeginner); ok {
+		return b.BeginTxOptions(ctx, opts)
+	}
+	return s.Store.BeginTx(ctx)
+}
+
 func (s crashingStore) Claim(ctx context.Context, c idempotency.Claim) (idempotency.Lease, error) {
 	l, err := s.Store.Claim(ctx, c)
 	if err == nil && s.point == crashAfterClaim {
