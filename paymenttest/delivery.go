@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -119,15 +120,39 @@ func race(t *testing.T, b *bundle, r run, first, second step) (waited bool, conf
 			return false, conflicts
 		default:
 		}
-		var n int
-		require.NoError(t, db.QueryRow(b.engine.LockWaits, current.Load()).Scan(&n))
-		if n > 0 {
+		if b.lockWaits(t, current.Load()) > 0 {
 			require.NoError(t, txA.Commit())
 			require.NoError(t, <-done, "second, after first committed")
 			return true, conflicts
 		}
-		time.Sleep(b.engine.LockWaitPoll) // a poll of the lock table, not a wait for an interleaving
 	}
+}
+
+// lockWaitGate spaces the suite's reads of the lock table at least
+// LockWaitPoll apart across all its specifications at once: InnoDB
+// refreshes information_schema.innodb_trx only when nobody read it for
+// 0.1 s, so parallel specifications each polling it on its own could keep
+// it stale for ever (a wait never seen, the waiter's lock wait timing out
+// after 50 s: seen when the suite ran at two isolation levels at once).
+var lockWaitGate struct {
+	sync.Mutex
+	last time.Time
+}
+
+// lockWaits counts the lock waits of connection conn, by a fresh read of
+// the engine's lock table.
+func (b *bundle) lockWaits(t *testing.T, conn int64) int {
+	t.Helper()
+	lockWaitGate.Lock()
+	defer lockWaitGate.Unlock()
+	if d := b.engine.LockWaitPoll - time.Since(lockWaitGate.last); d > 0 {
+		time.Sleep(d) // a poll of the lock table, not a wait for an interleaving
+	}
+	var n int
+	err := b.db.QueryRow(b.engine.LockWaits, conn).Scan(&n)
+	lockWaitGate.last = time.Now()
+	require.NoError(t, err)
+	return n
 }
 
 // exerciseDeliveryOrders runs the specifications of the order in which a
