@@ -166,12 +166,18 @@ func (s Orders) applySuccess(ctx context.Context, tx *sql.Tx, ev PaymentEvent, c
 		f := orderFacts{paid: true, amount: p.AmountCents, refunded: p.RefundedCents, cancel: o.cancel()}
 		return s.outcome(ev.OrderNo, o.status, f), eventNoop, nil
 	}
-	others, err := s.settledPayments(ctx, tx, ev.OrderNo)
-	if err != nil {
-		return PaymentOutcome{}, "", err
-	}
-	if len(others) > 0 {
-		return anomaly(&o, AnomalyDoublePayment)
+	// Another payment of the order: none while it is CREATED, its state
+	// derived from its facts under its lock (a settled payment makes it
+	// PAID, REFUNDED or CANCELED), so the common first success reads
+	// nothing more.
+	if o.status != OrderCreated {
+		others, err := s.settledPayments(ctx, tx, ev.OrderNo)
+		if err != nil {
+			return PaymentOutcome{}, "", err
+		}
+		if len(others) > 0 {
+			return anomaly(&o, AnomalyDoublePayment)
+		}
 	}
 	if err := claim(); err != nil {
 		return PaymentOutcome{}, "", err
