@@ -80,12 +80,18 @@ import (
 // wait on each other in a cycle:
 //
 //   - a success locks its order (SELECT ... FOR UPDATE), then its payment
-//     (created PENDING if absent);
+//     (created PENDING if absent). The first success of a CREATED order
+//     claims its event after the order's lock and inserts its payment
+//     settled (the row is new, so no refund waits for it); an insert that
+//     meets the row, which a refund created, takes the path above
+//     (applySuccess);
 //   - the event's row (unique (provider, event_id)) is inserted after those
-//     locks and before any other write: a second delivery of the same event
-//     waits for the first, finds the id taken and writes nothing more. So
-//     every event row naming a payment is written under that payment's
-//     lock, and a success that reads the refunds waiting for its payment
+//     locks and before any other write, with the outcome known by then
+//     (rewritten only if it turns out another): a second delivery of the
+//     same event waits for the first, finds the id taken and writes
+//     nothing more. So
+//     every refund's event row is written under its payment's lock (a
+//     success's, on the short path, under its order's), and a success that reads the refunds waiting for its payment
 //     never meets one that is being written; nor does a refund that looks,
 //     under the same lock, for another event of its RefundID that applied
 //     or waits (the unique index on (provider, refund_id) of the APPLIED

@@ -38,10 +38,25 @@ func (s Orders) applyPayment(ctx context.Context, tx *sql.Tx, ev PaymentEvent) (
 	if err != nil {
 		return PaymentOutcome{}, err
 	}
-	claim := func() error {
-		claimed, err := s.claimEvent(ctx, tx, ev)
-		if err == nil && !claimed {
+	// The event's row is inserted with the outcome the path knows when it
+	// claims (orderNo fills the row's order when ev names none), so that
+	// the common paths need no second write of it: only an outcome that
+	// differs from the claimed one, or an order the row lacks, is written
+	// again below.
+	var claimed, claimedOrder string
+	claim := func(outcome, orderNo string) error {
+		if claimed != "" {
+			return nil
+		}
+		if ev.OrderNo != "" {
+			orderNo = ev.OrderNo
+		}
+		ok, err := s.claimEvent(ctx, tx, ev, outcome, orderNo)
+		if err == nil && !ok {
 			return errDuplicateEvent
+		}
+		if err == nil {
+			claimed, claimedOrder = outcome, orderNo
 		}
 		return err
 	}
@@ -61,6 +76,9 @@ func (s Orders) applyPayment(ctx context.Context, tx *sql.Tx, ev PaymentEvent) (
 	if outcome == eventAnomaly {
 		return out, s.recordAnomaly(ctx, tx, ev, out.OrderNo, out.Anomaly)
 	}
+	if outcome == claimed && (claimedOrder != "" || out.OrderNo == "") {
+		return out, nil // the row says it already
+	}
 	return out, s.setEventOutcome(ctx, tx, ev.Provider, ev.EventID, outcome, "", out.OrderNo)
 }
 
@@ -68,11 +86,12 @@ func (s Orders) applyPayment(ctx context.Context, tx *sql.Tx, ev PaymentEvent) (
 // anything but what its first delivery wrote too.
 var errDuplicateEvent = errors.New("idempotency: payment event recorded before")
 
-// claimEvent inserts the event's row, or reports that its id is taken.
-func (s Orders) claimEvent(ctx context.Context, tx *sql.Tx, ev PaymentEvent) (bool, error) {
+// claimEvent inserts the event's row with outcome and orderNo, or reports
+// that its id is taken.
+func (s Orders) claimEvent(ctx context.Context, tx *sql.Tx, ev PaymentEvent, outcome, orderNo string) (bool, error) {
 	res, err := tx.ExecContext(ctx, s.Payments.InsertEvent,
-		ev.Provider, ev.EventID, string(ev.Kind), ev.PaymentID, nullable(ev.RefundID), nullable(ev.OrderNo),
-		ev.Amount, ev.Currency, ev.Digest, eventPending)
+		ev.Provider, ev.EventID, string(ev.Kind), ev.PaymentID, nullable(ev.RefundID), nullable(orderNo),
+		ev.Amount, ev.Currency, ev.Digest, outcome)
 	if err != nil {
 		if isUniqueViolation(err) {
 			return false, nil
@@ -122,9 +141,33 @@ func (s Orders) duplicateEvent(ctx context.Context, tx *sql.Tx, ev PaymentEvent)
 }
 
 // applySuccess settles the event's payment: order lock, then payment lock.
-func (s Orders) applySuccess(ctx context.Context, tx *sql.Tx, ev PaymentEvent, claim func() error) (PaymentOutcome, string, error) {
+//
+// The first success of a CREATED order, the common event, takes a shorter
+// path: LockOrder, InsertEvent (APPLIED), InsertSettledPayment and
+// UpdateOrderFacts, four statements. A CREATED order has no settled
+// payment (one would have made it PAID), so under the order's lock the
+// success settles its payment unless the payment's row exists: a refund
+// that waits for the payment creates the row PENDING, under the row's
+// lock, before it writes its event, and a success of another order that
+// names the payment settles it. With no row there is no refund to apply
+// and no settled payment to repeat, so the payment is inserted settled at
+// once, without reading the row first (the insert meets a row whatever
+// committed before it or is being written, which a read at READ COMMITTED
+// could miss) and without the pending refunds' read. An insert that meets
+// the row writes no fact and the success takes the locking path as it
+// would have: the row is committed by then (or its writer's transaction
+// is in this one's snapshot's future, which REPEATABLE READ reports as a
+// conflict), and the event's row, claimed APPLIED, gets its outcome
+// rewritten if it is another.
+//
+// On that path the event's row is claimed before the payment's row is
+// written, the lock order being order, event, payment: only an event of
+// the same id that names the same payment could wait the other way, a
+// refund reusing a success's event id, and a deadlock between the two is
+// rolled back and reported as ErrPaymentConflict.
+func (s Orders) applySuccess(ctx context.Context, tx *sql.Tx, ev PaymentEvent, claim func(outcome, orderNo string) error) (PaymentOutcome, string, error) {
 	anomaly := func(o *lockedOrder, reason AnomalyReason) (PaymentOutcome, string, error) {
-		if err := claim(); err != nil {
+		if err := claim(eventAnomaly, ""); err != nil {
 			return PaymentOutcome{}, "", err
 		}
 		out := PaymentOutcome{OrderNo: ev.OrderNo, Anomaly: reason}
@@ -146,14 +189,27 @@ func (s Orders) applySuccess(ctx context.Context, tx *sql.Tx, ev PaymentEvent, c
 	if ev.Amount != o.total {
 		return anomaly(&o, AnomalyAmountMismatch)
 	}
-	p, err := s.lockPayment(ctx, tx, ev.Provider, ev.PaymentID, true)
+	settled := Payment{Provider: ev.Provider, PaymentID: ev.PaymentID, OrderNo: ev.OrderNo, Status: PaymentSettled,
+		AmountCents: ev.Amount, Currency: ev.Currency, EventsApplied: 1}
+	exists := false // InsertSettledPayment met the payment's row
+	if o.status == OrderCreated && s.Payments.InsertSettledPayment != "" {
+		if err := claim(eventApplied, ""); err != nil {
+			return PaymentOutcome{}, "", err
+		}
+		inserted, err := s.insertSettledPayment(ctx, tx, settled)
+		if err != nil {
+			return PaymentOutcome{}, "", err
+		}
+		if inserted {
+			return s.settled(ctx, tx, o, settled)
+		}
+		exists = true
+	}
+	p, err := s.lockPayment(ctx, tx, ev.Provider, ev.PaymentID, !exists)
 	if err != nil {
 		return PaymentOutcome{}, "", err
 	}
 	if p.Status == PaymentSettled {
-		if err := claim(); err != nil {
-			return PaymentOutcome{}, "", err
-		}
 		// The same payment's success again, under another event id.
 		switch {
 		case p.OrderNo != ev.OrderNo:
@@ -162,6 +218,9 @@ func (s Orders) applySuccess(ctx context.Context, tx *sql.Tx, ev PaymentEvent, c
 			return anomaly(&o, AnomalyAmountMismatch)
 		case p.Currency != ev.Currency:
 			return anomaly(&o, AnomalyCurrencyMismatch)
+		}
+		if err := claim(eventNoop, ""); err != nil {
+			return PaymentOutcome{}, "", err
 		}
 		f := orderFacts{paid: true, amount: p.AmountCents, refunded: p.RefundedCents, cancel: o.cancel()}
 		return s.outcome(ev.OrderNo, o.status, f), eventNoop, nil
@@ -179,7 +238,7 @@ func (s Orders) applySuccess(ctx context.Context, tx *sql.Tx, ev PaymentEvent, c
 			return anomaly(&o, AnomalyDoublePayment)
 		}
 	}
-	if err := claim(); err != nil {
+	if err := claim(eventApplied, ""); err != nil {
 		return PaymentOutcome{}, "", err
 	}
 
@@ -193,14 +252,34 @@ func (s Orders) applySuccess(ctx context.Context, tx *sql.Tx, ev PaymentEvent, c
 		p.EventsApplied, p.Provider, p.PaymentID); err != nil {
 		return PaymentOutcome{}, "", err
 	}
+	return s.settled(ctx, tx, o, p)
+}
+
+// settled moves o to the state its settled payment p derives.
+func (s Orders) settled(ctx context.Context, tx *sql.Tx, o lockedOrder, p Payment) (PaymentOutcome, string, error) {
 	f := orderFacts{paid: true, amount: p.AmountCents, refunded: p.RefundedCents, cancel: o.cancel()}
 	status, err := s.moveOrder(ctx, tx, o, f)
 	if err != nil {
 		return PaymentOutcome{}, "", err
 	}
-	out := s.outcome(ev.OrderNo, status, f)
+	out := s.outcome(p.OrderNo, status, f)
 	out.Applied = true
 	return out, eventApplied, nil
+}
+
+// insertSettledPayment inserts p, settled by its success alone, and
+// reports whether it did: false when p's row exists, which it then leaves
+// as it was but for its updated_at on MySQL (see InsertSettledPayment).
+func (s Orders) insertSettledPayment(ctx context.Context, tx *sql.Tx, p Payment) (bool, error) {
+	res, err := tx.ExecContext(ctx, s.Payments.InsertSettledPayment, p.Provider, p.PaymentID, p.OrderNo, p.AmountCents, p.Currency)
+	if err != nil {
+		return false, fmt.Errorf("idempotency: insert settled payment: %w", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, fmt.Errorf("idempotency: insert settled payment: %w", err)
+	}
+	return n == 1, nil
 }
 
 // applyPendingRefunds applies, in arrival order, the refunds that waited
@@ -304,7 +383,10 @@ func (s Orders) refundTold(ctx context.Context, tx *sql.Tx, ev PaymentEvent) (bo
 }
 
 // applyRefund adds the event to its payment's refunds, or keeps it pending.
-func (s Orders) applyRefund(ctx context.Context, tx *sql.Tx, ev PaymentEvent, claim func() error) (PaymentOutcome, string, error) {
+// What becomes of it is decided under the payment's lock before its row is
+// claimed (reads only: other events of its refund, the payment's facts),
+// so that the row is inserted with its outcome and its payment's order.
+func (s Orders) applyRefund(ctx context.Context, tx *sql.Tx, ev PaymentEvent, claim func(outcome, orderNo string) error) (PaymentOutcome, string, error) {
 	var orderNo sql.NullString
 	err := tx.QueryRowContext(ctx, s.Payments.SelectPaymentOrder, ev.Provider, ev.PaymentID).Scan(&orderNo)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
@@ -322,18 +404,15 @@ func (s Orders) applyRefund(ctx context.Context, tx *sql.Tx, ev PaymentEvent, cl
 			// would invert the lock order.
 			return PaymentOutcome{}, "", fmt.Errorf("%w: payment %s of %s was settled while a refund read it", ErrPaymentConflict, ev.PaymentID, ev.Provider)
 		}
-		if err := claim(); err != nil {
-			return PaymentOutcome{}, "", err
-		}
 		told, err := s.refundTold(ctx, tx, ev)
 		if err != nil {
 			return PaymentOutcome{}, "", err
 		}
 		if told {
 			// The refund waits already, under another event id.
-			return PaymentOutcome{}, eventNoop, nil
+			return PaymentOutcome{}, eventNoop, claim(eventNoop, "")
 		}
-		return PaymentOutcome{Pending: true}, eventPending, nil
+		return PaymentOutcome{Pending: true}, eventPending, claim(eventPending, "")
 	}
 
 	o, err := s.lockOrder(ctx, tx, orderNo.String)
@@ -344,23 +423,23 @@ func (s Orders) applyRefund(ctx context.Context, tx *sql.Tx, ev PaymentEvent, cl
 	if err != nil {
 		return PaymentOutcome{}, "", err
 	}
-	if err := claim(); err != nil {
-		return PaymentOutcome{}, "", err
-	}
 	told, err := s.refundTold(ctx, tx, ev)
 	if err != nil {
 		return PaymentOutcome{}, "", err
 	}
+	read := p.EventsApplied
 	outcome, reason := eventNoop, AnomalyReason("")
 	if !told {
-		read := p.EventsApplied
 		outcome, reason = addRefund(&p, ev)
-		if outcome == eventApplied {
-			if err := s.exec(ctx, tx, "refund payment", s.Payments.UpdatePaymentRefund,
-				p.RefundedCents, p.RefundedSumCents, p.RefundedReportedCents, p.EventsApplied,
-				p.Provider, p.PaymentID, read); err != nil {
-				return PaymentOutcome{}, "", err
-			}
+	}
+	if err := claim(outcome, p.OrderNo); err != nil {
+		return PaymentOutcome{}, "", err
+	}
+	if outcome == eventApplied {
+		if err := s.exec(ctx, tx, "refund payment", s.Payments.UpdatePaymentRefund,
+			p.RefundedCents, p.RefundedSumCents, p.RefundedReportedCents, p.EventsApplied,
+			p.Provider, p.PaymentID, read); err != nil {
+			return PaymentOutcome{}, "", err
 		}
 	}
 	if outcome == eventAnomaly {

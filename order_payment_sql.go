@@ -13,8 +13,9 @@ import (
 type PaymentStatements struct {
 	// InsertEvent records an event, claiming its (provider, event_id).
 	// Parameters: provider, event_id, kind, payment_id, refund_id (or
-	// NULL), order_no (or NULL), amount_cents, currency, digest, outcome. A duplicate either fails with
-	// a unique violation or inserts no row.
+	// NULL), order_no (or NULL), amount_cents, currency, digest, outcome
+	// (the event's outcome as far as it is known before the claim). A
+	// duplicate either fails with a unique violation or inserts no row.
 	InsertEvent string
 	// SelectEvent reads a recorded event as the latest committed version
 	// (a locking read on MySQL). Parameters: provider, event_id. Columns:
@@ -42,6 +43,19 @@ type PaymentStatements struct {
 	// InsertPendingPayment creates a PENDING payment unless it exists.
 	// Parameters: provider, payment_id.
 	InsertPendingPayment string
+	// InsertSettledPayment inserts a payment settled by its success alone
+	// (events_applied 1, nothing refunded) unless its row exists, and says
+	// which by RowsAffected: 1 for the insert, anything else for a row
+	// that exists, whose facts it leaves as they are and which it locks or
+	// waits for. On MySQL the duplicate's update always changes the row (it
+	// moves updated_at forward, at least by a microsecond), so that
+	// RowsAffected is 2 with or without the driver's clientFoundRows, and
+	// takes the row's exclusive lock at once: a duplicate of a plain
+	// INSERT would take a shared lock, and raising it to exclusive while a
+	// refund waits for the row deadlocks. Parameters: provider, payment_id,
+	// order_no, amount_cents, currency. Empty: a success always takes the
+	// locking path (InsertPendingPayment, LockPayment, SettlePayment).
+	InsertSettledPayment string
 	// LockPayment locks a payment row and reads it. Parameters: provider,
 	// payment_id. Columns: Payment's fields from OrderNo on.
 	LockPayment string
@@ -91,6 +105,9 @@ ON DUPLICATE KEY UPDATE id = id`,
 	UpdateOrderFacts:     `UPDATE purchase_order SET status = ?, cancel_requested = ?, updated_at = CURRENT_TIMESTAMP(6) WHERE order_no = ? AND status = ?`,
 	SelectPaymentOrder:   `SELECT order_no FROM order_payment WHERE provider = ? AND payment_id = ?`,
 	InsertPendingPayment: `INSERT INTO order_payment (provider, payment_id, status) VALUES (?, ?, 'PENDING') ON DUPLICATE KEY UPDATE provider = provider`,
+	InsertSettledPayment: `INSERT INTO order_payment (provider, payment_id, order_no, status, amount_cents, currency, events_applied)
+VALUES (?, ?, ?, 'SUCCEEDED', ?, ?, 1)
+ON DUPLICATE KEY UPDATE updated_at = GREATEST(CURRENT_TIMESTAMP(6), updated_at + INTERVAL 1 MICROSECOND)`,
 	LockPayment: `SELECT order_no, status, amount_cents, currency, refunded_cents, refunded_sum_cents, refunded_reported_cents, events_applied
 FROM order_payment WHERE provider = ? AND payment_id = ? FOR UPDATE`,
 	SelectPayment: `SELECT order_no, status, amount_cents, currency, refunded_cents, refunded_sum_cents, refunded_reported_cents, events_applied
@@ -136,6 +153,9 @@ ON CONFLICT (provider, event_id, digest, reason) DO NOTHING`,
 	UpdateOrderFacts:     `UPDATE purchase_order SET status = $1, cancel_requested = $2, updated_at = clock_timestamp() WHERE order_no = $3 AND status = $4`,
 	SelectPaymentOrder:   `SELECT order_no FROM order_payment WHERE provider = $1 AND payment_id = $2`,
 	InsertPendingPayment: `INSERT INTO order_payment (provider, payment_id, status) VALUES ($1, $2, 'PENDING') ON CONFLICT (provider, payment_id) DO NOTHING`,
+	InsertSettledPayment: `INSERT INTO order_payment (provider, payment_id, order_no, status, amount_cents, currency, events_applied)
+VALUES ($1, $2, $3, 'SUCCEEDED', $4, $5, 1)
+ON CONFLICT (provider, payment_id) DO NOTHING`,
 	LockPayment: `SELECT order_no, status, amount_cents, currency, refunded_cents, refunded_sum_cents, refunded_reported_cents, events_applied
 FROM order_payment WHERE provider = $1 AND payment_id = $2 FOR UPDATE`,
 	SelectPayment: `SELECT order_no, status, amount_cents, currency, refunded_cents, refunded_sum_cents, refunded_reported_cents, events_applied
@@ -176,6 +196,7 @@ var sqlitePayments = func() PaymentStatements {
 	}
 	p.InsertAnomaly = strings.Replace(p.InsertAnomaly, "ON DUPLICATE KEY UPDATE id = id", "ON CONFLICT (provider, event_id, digest, reason) DO NOTHING", 1)
 	p.InsertPendingPayment = strings.Replace(p.InsertPendingPayment, "ON DUPLICATE KEY UPDATE provider = provider", "ON CONFLICT (provider, payment_id) DO NOTHING", 1)
+	p.InsertSettledPayment = p.InsertSettledPayment[:strings.Index(p.InsertSettledPayment, "ON DUPLICATE KEY UPDATE")] + "ON CONFLICT (provider, payment_id) DO NOTHING"
 	p.UpdateOrderFacts = strings.Replace(p.UpdateOrderFacts, "CURRENT_TIMESTAMP(6)", "CURRENT_TIMESTAMP", 1)
 	p.SettlePayment = strings.Replace(p.SettlePayment, "CURRENT_TIMESTAMP(6)", "CURRENT_TIMESTAMP", 1)
 	p.UpdatePaymentRefund = strings.Replace(p.UpdatePaymentRefund, "CURRENT_TIMESTAMP(6)", "CURRENT_TIMESTAMP", 1)

@@ -31,6 +31,7 @@ func TestPayment_MySQL(t *testing.T) {
 				LockWaitPoll: 150 * time.Millisecond,
 				TxOptions:    &sql.TxOptions{Isolation: level},
 				OrdersWait:   level == sql.LevelRepeatableRead,
+				Counted:      idempotency.CountedMySQL,
 			})
 		})
 	}

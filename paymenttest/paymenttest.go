@@ -60,6 +60,11 @@ type Engine struct {
 	// locking reads lock index gaps): the specification that they never
 	// do is left out. The state machine is correct either way.
 	OrdersWait bool
+	// Counted opens a database as Open does whose connections count the
+	// statements they send (each Exec and Query below database/sql, BEGIN,
+	// COMMIT and ROLLBACK), and returns the count so far. Nil leaves out
+	// the specification of how many statements each path sends.
+	Counted func(t *testing.T) (db *sql.DB, sent func() int)
 }
 
 // Exercise runs the conformance suite on e. Each specification is a
@@ -69,6 +74,7 @@ func Exercise(t *testing.T, e Engine) {
 	exerciseEvents(t, e)
 	exerciseAnomalies(t, e)
 	exerciseRefundIdentity(t, e)
+	exerciseStatements(t, e)
 	if !e.OrdersWait {
 		exerciseIndependence(t, e)
 	}

@@ -42,11 +42,9 @@ var readmeSnippets = map[string]readmeSnippet{
 	},
 	"gRPC": {
 		dir: "examples/grpcserver",
-		imports: []string{`"context"`, `"log"`, `"google.golang.org/grpc"`, `"google.golang.org/grpc/credentials/insecure"`,
-			`"github.com/orderguard/idempotency"`, `"github.com/orderguard/idempotency/client"`,
+		imports: []string{`"context"`, `"log"`, `"google.golang.org/grpc"`, `"github.com/orderguard/idempotency"`,
 			`"github.com/orderguard/idempotency/examples/grpcserver/orderpb"`, `idemgrpc "github.com/orderguard/idempotency/grpc"`},
-		params: "ctx context.Context, mw *idempotency.Middleware, principal func(context.Context) (string, error), " +
-			"orders orderpb.OrderServiceServer, addr, runID, toolCallID string",
+		params: "mw *idempotency.Middleware, principal func(context.Context) (string, error), orders orderpb.OrderServiceServer",
 	},
 	"A queue consumer": {
 		dir: "examples/orderconsumer",
