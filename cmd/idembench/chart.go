@@ -118,15 +118,9 @@ func (rep *Report) chart(path string) error {
 					vals[j] = p.RPS
 				}
 			}
-			bars, err := plotter.NewBarChart(vals, width)
-			if err != nil {
+			if err := addBars(thr, vals, width, i, len(concs), palette[i%len(palette)], fmt.Sprintf("concurrency %d", c)); err != nil {
 				return err
 			}
-			bars.Color = palette[i%len(palette)]
-			bars.LineStyle.Width = 0
-			bars.Offset = vg.Length(float64(i)-float64(len(concs)-1)/2) * width
-			thr.Add(bars)
-			thr.Legend.Add(fmt.Sprintf("concurrency %d", c), bars)
 		}
 		thr.Legend.Top = true
 		thr.Legend.Left = true
@@ -234,15 +228,9 @@ func (rep *Report) chart(path string) error {
 				pl   *plot.Plot
 				vals plotter.Values
 			}{{left, rps}, {right, p99}} {
-				bars, err := plotter.NewBarChart(side.vals, vg.Points(20))
-				if err != nil {
+				if err := addBars(side.pl, side.vals, vg.Points(20), i, len(series), palette[(i+2)%len(palette)], name); err != nil {
 					return err
 				}
-				bars.Color = palette[(i+2)%len(palette)]
-				bars.LineStyle.Width = 0
-				bars.Offset = vg.Length(float64(i)-float64(len(series)-1)/2) * vg.Points(20)
-				side.pl.Add(bars)
-				side.pl.Legend.Add(name, bars)
 			}
 		}
 		left.Legend.Top, right.Legend.Top = true, true
@@ -279,6 +267,21 @@ func (rep *Report) chart(path string) error {
 		return err
 	}
 	return f.Close()
+}
+
+// addBars adds vals to pl as the i-th of n bar series side by side in
+// each group, width wide, with a legend entry.
+func addBars(pl *plot.Plot, vals plotter.Values, width vg.Length, i, n int, c color.Color, legend string) error {
+	bars, err := plotter.NewBarChart(vals, width)
+	if err != nil {
+		return err
+	}
+	bars.Color = c
+	bars.LineStyle.Width = 0
+	bars.Offset = vg.Length(float64(i)-float64(n-1)/2) * width
+	pl.Add(bars)
+	pl.Legend.Add(legend, bars)
+	return nil
 }
 
 func rotate(p *plot.Plot) {

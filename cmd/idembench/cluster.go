@@ -5,12 +5,12 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -77,16 +77,6 @@ func routed(gen generator, urls []string) generator {
 		rq := gen(w)
 		rq.url = urls[w.id%len(urls)]
 		return rq
-	}
-}
-
-// genReplayTo replays pool round-robin, entry i to urls[i].
-func genReplayTo(pool []poolEntry, urls []string) generator {
-	var next atomic.Uint64
-	return func(w *worker) request {
-		i := (next.Add(1) - 1) % uint64(len(pool))
-		e := &pool[i]
-		return request{key: e.key, user: e.user, body: e.body, want: e.resp, url: urls[i]}
 	}
 }
 
@@ -165,22 +155,14 @@ FROM information_schema.GLOBAL_STATUS`).Scan(&state, &ready, &size)
 					res.Settings[v] = val
 				}
 			}
-			if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+name+" CHARACTER SET utf8mb4"); err != nil {
-				return fmt.Errorf("create database %s: %w", name, err)
+			if err := f.createDatabase(ctx, admin, name, "CREATE DATABASE "+name+" CHARACTER SET utf8mb4", "DROP DATABASE IF EXISTS "+name); err != nil {
+				return err
 			}
-			f.cleanup = append(f.cleanup, func() {
-				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-				defer cancel()
-				if _, err := admin.ExecContext(ctx, "DROP DATABASE IF EXISTS "+name); err != nil {
-					fmt.Fprintf(os.Stderr, "idembench: drop database %s: %v\n", name, err)
-				}
-			})
 		}
-		connector, err := mariaConnector(cfg, name)
+		db, err := f.mariaPool(cfg, name, counts)
 		if err != nil {
 			return err
 		}
-		db := f.openPool(connector, counts)
 		node.db = db
 		node.synced = idempotency.NewMySQLStore(db)
 		d := idempotency.MySQLDialect
@@ -240,15 +222,16 @@ FROM information_schema.GLOBAL_STATUS`).Scan(&state, &ready, &size)
 		return err
 	}
 	pool := append(slices.Clone(poolA), poolB...)
-	replayT := func(urlsA, urlsB string) target {
-		urls := make([]string, len(pool))
-		for i := range pool {
-			urls[i] = urlsA
+	// replayT replays the keys of poolA to urlA, the others to urlB.
+	replayT := func(urlA, urlB string) target {
+		p := slices.Clone(pool)
+		for i := range p {
+			p[i].url = urlA
 			if i >= len(poolA) {
-				urls[i] = urlsB
+				p[i].url = urlB
 			}
 		}
-		return target{url: urlsA, keyHeader: "Idempotency-Key", gen: genReplayTo(pool, urls), wantStatus: http.StatusCreated, wantReplayed: true}
+		return target{url: urlA, keyHeader: "Idempotency-Key", gen: genReplay(p), wantStatus: http.StatusCreated, wantReplayed: true}
 	}
 	// Keys created on node 1 replay on node 2 and vice versa.
 	cross := func(on1, on2 string) target { return replayT(on2, on1) }
@@ -295,9 +278,7 @@ func pickOptions(all string, names ...string) string {
 func clusterProbe(counts *sqlCounts, nodes []*galeraNode, extraPids []int) func() map[string]float64 {
 	return func() map[string]float64 {
 		out := map[string]float64{"cpu_self": procCPU("self"), "cpu_total": machineBusyCPU()}
-		for k, v := range counts.snapshot() {
-			out[k] = v
-		}
+		maps.Copy(out, counts.snapshot())
 		var db float64
 		for _, n := range nodes {
 			if n.pid > 0 {

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
@@ -54,11 +55,7 @@ func (r *runner) lookupMicro(ctx context.Context, res *ClusterResult, n1, n2 *ga
 	for i, st := range stores {
 		l := lats[i]
 		slices.Sort(l)
-		var sum time.Duration
-		for _, d := range l {
-			sum += d
-		}
-		ll := LookupLatency{Store: st.name, N: len(l), P50: percentile(l, 50), P99: percentile(l, 99), Mean: float64(sum) / float64(len(l)) / 1e6}
+		ll := LookupLatency{Store: st.name, N: len(l), P50: percentile(l, 50), P99: percentile(l, 99), Mean: meanMS(l)}
 		res.Lookups = append(res.Lookups, ll)
 		fmt.Fprintf(os.Stderr, "  galera   Lookup on node 2, %-52s n=%d  p50 %6.3f ms  p99 %6.3f ms\n", st.name, ll.N, ll.P50, ll.P99)
 	}
@@ -101,17 +98,11 @@ func (rep *Report) clusterMarkdown(b *strings.Builder) {
 		}
 		return nil
 	}
-	b0 := func(fam string) *Point {
-		for _, g := range rep.B0 {
-			if g.Family == fam {
-				return g
-			}
-		}
-		return nil
-	}
+	settings := maps.Clone(cl.Settings)
+	maps.DeleteFunc(settings, func(k, v string) bool { return k == "wsrep_cluster_size" || v == "" })
 	w("## Cluster (Galera, three nodes on loopback)\n\n")
 	w("%s, wsrep_on=%s, cluster size %s; %s. Concurrency %d, claim-first. ", cl.Server, cl.WsrepOn, cl.Settings["wsrep_cluster_size"],
-		settingsLine(cl.Settings), cl.Concurrency)
+		settingsLine(settings), cl.Concurrency)
 	w("**1i/1n**: one instance of examples/orderservice over node 1. **2i/2n**: two instances, one over node 1 and one over node 2 (its own *sql.DB), each served in-process on loopback; worker w sends to instance w%%2. Each side is a ratio to its own bare baseline (Idempotency=false, the same instances' unprotected handlers), alternating with it in %v slices. Replays in 2i/2n land on the other instance's node (keys created through node 1 are replayed through node 2 and vice versa); in 1i/1n on the one instance.\n\n", rep.optionsOf("galera")["slices"])
 	w("| scenario | 1i/1n req/s | 1i/1n vs B0 thr | 1i/1n P99 ms | 1i/1n vs B0 P99 | 2i/2n req/s | 2i/2n vs B0 thr | 2i/2n P99 ms | 2i/2n vs B0 P99 | (2i/2n)/(1i/1n) thr ratio | 503 share 1i/2i | cert failures/req 1i/2i | cpu%% other 1i/2i |\n")
 	w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
@@ -131,7 +122,7 @@ func (rep *Report) clusterMarkdown(b *strings.Builder) {
 		}
 		return p.RPS / p.BaselineRPS, p.P99 / p.BaselineP99
 	}
-	if a, c := b0(famGalera1), b0(famGalera2); a != nil && c != nil {
+	if a, c := rep.headlineB0(famGalera1), rep.headlineB0(famGalera2); a != nil && c != nil {
 		w("| B0 bare (%s / %s) | %.0f | 1 | %.2f | 1 | %.0f | 1 | %.2f | 1 | | %s / %s | %.3f / %.3f | %.0f / %.0f |\n", a.Variant, c.Variant, a.RPS, a.P99, c.RPS, c.P99,
 			share(a), share(c), a.Server["cert_failures"], c.Server["cert_failures"], a.Server["cpu_other"], c.Server["cpu_other"])
 	}
@@ -169,15 +160,4 @@ func (rep *Report) clusterMarkdown(b *strings.Builder) {
 	w("Caveat: all three nodes, both instances and the load generator share this machine's %s cores, so a second node adds no capacity here — it adds replication work (every write set is certified and applied on all three nodes). The numbers are overhead ratios against the same topology's bare handlers, not a scaling result.\n\n", rep.Machine.Nproc)
 	rep.table(b, famGalera1, rep.pointsOf(func(p *Point) bool { return p.Family == famGalera1 && p.Bench != "B0" }), true)
 	rep.table(b, famGalera2, rep.pointsOf(func(p *Point) bool { return p.Family == famGalera2 && p.Bench != "B0" }), true)
-}
-
-func settingsLine(m map[string]string) string {
-	var out []string
-	for k, v := range m {
-		if k != "wsrep_cluster_size" && v != "" {
-			out = append(out, k+"="+v)
-		}
-	}
-	slices.Sort(out)
-	return strings.Join(out, ", ")
 }

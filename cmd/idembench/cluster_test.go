@@ -22,9 +22,9 @@ func TestClusterFamilyOnlyWithDSNs(t *testing.T) {
 }
 
 // Replays of keys created through one instance go to the other's URL.
-func TestGenReplayToRoutesEachEntry(t *testing.T) {
-	pool := []poolEntry{{key: "a", user: 1}, {key: "b", user: 2}}
-	gen := genReplayTo(pool, []string{"http://n2", "http://n1"})
+func TestGenReplayRoutesEachEntryToItsURL(t *testing.T) {
+	pool := []poolEntry{{key: "a", user: 1, url: "http://n2"}, {key: "b", user: 2, url: "http://n1"}}
+	gen := genReplay(pool)
 	w := newWorker(0)
 	for i, want := range []string{"http://n2", "http://n1", "http://n2"} {
 		if rq := gen(w); rq.url != want || rq.key != pool[i%2].key {

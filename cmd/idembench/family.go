@@ -4,9 +4,9 @@ import (
 	"context"
 	"crypto/rand"
 	"database/sql"
-	"database/sql/driver"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -31,14 +31,15 @@ type family struct {
 	probe   func() map[string]float64
 	// openDB opens another pool to the family's database, as another
 	// instance of the service would (MariaDB only; nil elsewhere).
-	openDB func() *sql.DB
+	openDB func() (*sql.DB, error)
 
 	cleanup []func()
 }
 
 // openMariaDB creates a fresh database idembench_<random>_<label> on the
-// server of dsn and opens it as examples/server does (interpolateParams,
-// parseTime, a pool of 64). The database is dropped by close.
+// server of dsn and opens it with examples/server's pool settings on
+// idempotency.OpenMySQL's connector (mariaPool). The database is dropped by
+// close.
 func openMariaDB(ctx context.Context, dsn, label string) (*family, error) {
 	base, err := mysql.ParseDSN(dsn)
 	if err != nil {
@@ -54,56 +55,56 @@ func openMariaDB(ctx context.Context, dsn, label string) (*family, error) {
 		admin.Close()
 		return nil, fmt.Errorf("MariaDB at %s: %w", base.Addr, err)
 	}
-	name := databaseName(label)
-	if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+name+" CHARACTER SET utf8mb4"); err != nil {
-		admin.Close()
-		return nil, fmt.Errorf("create database %s: %w", name, err)
-	}
 	f := &family{name: "mariadb", dialect: "mysql"}
-	f.cleanup = append(f.cleanup, func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		if _, err := admin.ExecContext(ctx, "DROP DATABASE IF EXISTS "+name); err != nil {
-			fmt.Fprintf(os.Stderr, "idembench: drop database %s: %v\n", name, err)
-		}
-		admin.Close()
-	})
-	connector, err := mariaConnector(base, name)
-	if err != nil {
+	f.cleanup = append(f.cleanup, func() { admin.Close() })
+	name := databaseName(label)
+	if err := f.createDatabase(ctx, admin, name, "CREATE DATABASE "+name+" CHARACTER SET utf8mb4", "DROP DATABASE IF EXISTS "+name); err != nil {
 		f.close()
 		return nil, err
 	}
 	counts := &sqlCounts{}
-	f.openDB = func() *sql.DB { return f.openPool(connector, counts) }
-	db := f.openDB()
-	f.db = db
-	if err := orderservice.Setup(ctx, db, "mysql"); err != nil {
+	f.openDB = func() (*sql.DB, error) { return f.mariaPool(base, name, counts) }
+	if f.db, err = f.openDB(); err != nil {
+		f.close()
+		return nil, err
+	}
+	if err := orderservice.Setup(ctx, f.db, "mysql"); err != nil {
 		f.close()
 		return nil, fmt.Errorf("setup %s: %w", name, err)
 	}
-	f.store = idempotency.NewMySQLStore(db)
+	f.store = idempotency.NewMySQLStore(f.db)
 	f.client = newClient(64)
 	f.probe = mariaProbe(admin, counts)
 	return f, nil
 }
 
-// mariaConnector connects to database name on the server of base as
-// examples/server does (interpolateParams, parseTime).
-func mariaConnector(base *mysql.Config, name string) (driver.Connector, error) {
+// mariaPool opens a pool to database name on the server of base with
+// examples/server's settings (orderservice.OpenMySQL's: interpolateParams,
+// parseTime, innodb_lock_wait_timeout=5 unless set, 64 connections kept an
+// hour) on idempotency.NewMySQLConnector, so that single-phase's record
+// travels with the COMMIT; B0 runs on the same pool. Its round trips are
+// counted in counts (countedConnector); the family's close closes it.
+func (f *family) mariaPool(base *mysql.Config, name string, counts *sqlCounts) (*sql.DB, error) {
 	cfg := base.Clone()
 	cfg.DBName, cfg.InterpolateParams, cfg.ParseTime, cfg.AllowAllFiles = name, true, true, false
-	return mysql.NewConnector(cfg)
-}
-
-// openPool opens a pool of 64 connections on connector, as examples/server
-// does, counting its statements in counts; close closes it.
-func (f *family) openPool(connector driver.Connector, counts *sqlCounts) *sql.DB {
-	db := sql.OpenDB(countingConnector{Connector: connector, n: counts})
+	if _, set := cfg.Params["innodb_lock_wait_timeout"]; !set {
+		cfg.Params = maps.Clone(cfg.Params)
+		if cfg.Params == nil {
+			cfg.Params = map[string]string{}
+		}
+		cfg.Params["innodb_lock_wait_timeout"] = "5"
+	}
+	cfg.DialFunc = dialCounted
+	connector, err := idempotency.NewMySQLConnector(cfg)
+	if err != nil {
+		return nil, err
+	}
+	db := sql.OpenDB(countedConnector{Connector: connector, n: counts})
 	db.SetMaxOpenConns(64)
 	db.SetMaxIdleConns(64)
 	db.SetConnMaxLifetime(time.Hour)
 	f.cleanup = append(f.cleanup, func() { db.Close() })
-	return db
+	return db, nil
 }
 
 // openSQLite creates a fresh SQLite file in a temporary directory.
@@ -155,23 +156,24 @@ func (f *family) serveHTTP(h http.Handler) (string, error) {
 	return "http://" + ln.Addr().String() + "/orders", nil
 }
 
-// service serves the example order service with opts (Store and Dialect are
-// filled in) and returns the URL of POST /orders.
-func (f *family) service(opts orderservice.Options) (string, error) {
+// newService is the example order service over the family's database with
+// opts, its Store (when protected) and Dialect filled in.
+func (f *family) newService(opts orderservice.Options) (*orderservice.Service, error) {
 	if opts.Idempotency {
 		opts.Store = f.store
 	}
 	opts.Dialect = f.dialect
-	svc, err := orderservice.New(f.db, opts)
-	if err != nil {
-		return "", err
-	}
-	return f.serveHTTP(svc)
+	return orderservice.New(f.db, opts)
 }
 
-// httpFrontEnd is a frontEnd over net/http (service).
+// httpFrontEnd is a frontEnd over net/http: the service with opts, served
+// until the family closes.
 func (f *family) httpFrontEnd(opts orderservice.Options, gen generator, replays bool) (target, error) {
-	url, err := f.service(opts)
+	svc, err := f.newService(opts)
+	if err != nil {
+		return target{}, err
+	}
+	url, err := f.serveHTTP(svc)
 	t := target{url: url, gen: gen, wantStatus: http.StatusCreated, wantReplayed: replays}
 	if opts.Idempotency {
 		t.keyHeader = "Idempotency-Key"
@@ -203,6 +205,22 @@ func (f *family) countOrders(ctx context.Context, scope, key string) (int, error
 	var n int
 	err := f.db.QueryRowContext(ctx, q, scope, key).Scan(&n)
 	return n, err
+}
+
+// createDatabase creates database name on admin's server with the statement
+// create, and drops it with drop when the family closes.
+func (f *family) createDatabase(ctx context.Context, admin *sql.DB, name, create, drop string) error {
+	if _, err := admin.ExecContext(ctx, create); err != nil {
+		return fmt.Errorf("create database %s: %w", name, err)
+	}
+	f.cleanup = append(f.cleanup, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		if _, err := admin.ExecContext(ctx, drop); err != nil {
+			fmt.Fprintf(os.Stderr, "idembench: drop database %s: %v\n", name, err)
+		}
+	})
+	return nil
 }
 
 // databaseName is a fresh database name: idembench_<random>_<label>.

@@ -36,7 +36,7 @@ var fiberDifferences = []string{
 // net/http adaptor, behind Fiber's idempotency middleware when storage is
 // set. It returns the URL of POST /orders.
 func (f *family) serveFiber(storage fiber.Storage) (string, error) {
-	svc, err := orderservice.New(f.db, orderservice.Options{Idempotency: false})
+	svc, err := f.newService(orderservice.Options{})
 	if err != nil {
 		return "", err
 	}

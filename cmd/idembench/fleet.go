@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"fmt"
@@ -64,7 +63,9 @@ func (m *fleetMix) gen(w *worker) request {
 		}
 		m.mu.Unlock()
 		if e.key != "" {
-			return request{key: e.key, user: e.user, body: e.body, want: e.resp, url: url, kind: kindReplay}
+			rq := e.replay()
+			rq.url, rq.kind = url, kindReplay
+			return rq
 		}
 	}
 	rq := genNewKey(w)
@@ -77,7 +78,7 @@ func (m *fleetMix) done(w *worker, rq request, status int, err error) {
 	if err != nil || rq.kind != kindNew {
 		return
 	}
-	e := poolEntry{key: rq.key, user: rq.user, body: rq.body, resp: bytes.Clone(w.buf.Bytes())}
+	e := answered(w, rq)
 	m.mu.Lock()
 	m.recent[m.n%len(m.recent)] = e
 	m.n++
@@ -95,7 +96,11 @@ func (r *runner) runFleet(ctx context.Context, f *family) error {
 	fmt.Fprintf(os.Stderr, "== fleet: %d instances on one database, random routing, c=%d\n", fleetInstances, c)
 	dbs := []*sql.DB{f.db}
 	for len(dbs) < fleetInstances {
-		dbs = append(dbs, f.openDB())
+		db, err := f.openDB()
+		if err != nil {
+			return err
+		}
+		dbs = append(dbs, db)
 	}
 	rd, err := openFleetRedis(ctx, r.opts.redis)
 	if err != nil {
@@ -157,16 +162,21 @@ func (r *runner) runFleet(ctx context.Context, f *family) error {
 			urls  []string
 			probe func() map[string]float64
 		}
-		src := &replaySources{}
-		urls, _, err := serve(orderservice.Options{Idempotency: true, Config: idempotency.Config{Mode: mode, Observer: src}}, "")
+		// protected starts the instances of mode, counting where their
+		// replays come from in src.
+		protected := func(redisAddr string) ([]string, []*idemredis.Cache, *replaySources, error) {
+			src := &replaySources{}
+			urls, caches, err := serve(orderservice.Options{Idempotency: true, Config: idempotency.Config{Mode: mode, Observer: src}}, redisAddr)
+			return urls, caches, src, err
+		}
+		urls, _, src, err := protected("")
 		if err != nil {
 			return err
 		}
 		plain := fleet{"", urls, src.probe(baseProbe)}
 		fleets := []fleet{plain}
 		if rd != nil {
-			src := &replaySources{}
-			urls, caches, err := serve(orderservice.Options{Idempotency: true, Config: idempotency.Config{Mode: mode, Observer: src}}, rd.addr)
+			urls, caches, src, err := protected(rd.addr)
 			if err != nil {
 				return err
 			}
@@ -201,8 +211,7 @@ func (r *runner) runFleet(ctx context.Context, f *family) error {
 		if err != nil {
 			return err
 		}
-		src = &replaySources{}
-		urls, caches, err := serve(orderservice.Options{Idempotency: true, Config: idempotency.Config{Mode: mode, Observer: src}}, proxy.addr)
+		urls, caches, src, err := protected(proxy.addr)
 		if err != nil {
 			proxy.stop()
 			return err

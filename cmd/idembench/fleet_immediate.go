@@ -8,7 +8,6 @@ package main
 // what a retry finds the moment the original has answered.
 
 import (
-	"bytes"
 	"math/rand/v2"
 	"net/http"
 	"slices"
@@ -37,9 +36,9 @@ func newFleetImmediate(urls []string, retry float64, conc int) *fleetImmediate {
 func (m *fleetImmediate) gen(w *worker) request {
 	if p := &m.pending[w.id]; p.set {
 		p.set = false
-		to := (p.from + 1 + rand.IntN(len(m.urls)-1)) % len(m.urls)
-		e := p.entry
-		return request{key: e.key, user: e.user, body: e.body, want: e.resp, url: m.urls[to], kind: kindReplay}
+		rq := p.entry.replay()
+		rq.url, rq.kind = m.urls[(p.from+1+rand.IntN(len(m.urls)-1))%len(m.urls)], kindReplay
+		return rq
 	}
 	rq := genNewKey(w)
 	rq.url, rq.kind = m.urls[rand.IntN(len(m.urls))], kindNew
@@ -51,7 +50,7 @@ func (m *fleetImmediate) done(w *worker, rq request, status int, err error) {
 		return
 	}
 	m.pending[w.id] = immediateRetry{
-		entry: poolEntry{key: rq.key, user: rq.user, body: rq.body, resp: bytes.Clone(w.buf.Bytes())},
+		entry: answered(w, rq),
 		from:  slices.Index(m.urls, rq.url),
 		set:   true,
 	}

@@ -45,7 +45,7 @@ type fleetRedis struct {
 // openFleetRedis pings Redis at addr.
 func openFleetRedis(ctx context.Context, addr string) (*fleetRedis, error) {
 	redis.SetLogger(quietRedisLog{})
-	fr := &fleetRedis{addr: addr, admin: newRedisClient(addr)}
+	fr := &fleetRedis{addr: addr, admin: newRedisClient(addr, 0)}
 	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	if err := fr.admin.Ping(pctx).Err(); err != nil {
@@ -59,10 +59,11 @@ func openFleetRedis(ctx context.Context, addr string) (*fleetRedis, error) {
 }
 
 // newRedisClient is a client as idemredis documents it: every call bounded
-// by its context (Config.Timeout), no retries.
-func newRedisClient(addr string) *redis.Client {
+// by its context (Config.Timeout), no retries; it keeps minIdle connections
+// open.
+func newRedisClient(addr string, minIdle int) *redis.Client {
 	return redis.NewClient(&redis.Options{
-		Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1,
+		Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1, MinIdleConns: minIdle,
 		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
 	})
 }
@@ -108,11 +109,7 @@ func (quietRedisLog) Printf(context.Context, string, ...any) {}
 // cache is a new idemredis.Cache, with a client of its own, on addr (Redis,
 // or a proxy in front of it), its connections opened first.
 func (fr *fleetRedis) cache(addr string) (*idemredis.Cache, error) {
-	rdb := redis.NewClient(&redis.Options{
-		Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1,
-		MinIdleConns:             fleetRedisWarmConns,
-		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
-	})
+	rdb := newRedisClient(addr, fleetRedisWarmConns)
 	fr.mu.Lock()
 	fr.clients = append(fr.clients, rdb)
 	fr.mu.Unlock()

@@ -50,11 +50,7 @@ func (r *runner) runGRPC(ctx context.Context, f *family) error {
 // grpcTarget serves the order service with opts over gRPC until the family
 // closes and returns a target whose requests are CreateOrder calls.
 func (f *family) grpcTarget(opts orderservice.Options, gen generator, replays bool) (target, error) {
-	if opts.Idempotency {
-		opts.Store = f.store
-	}
-	opts.Dialect = f.dialect
-	svc, err := orderservice.New(f.db, opts)
+	svc, err := f.newService(opts)
 	if err != nil {
 		return target{}, err
 	}

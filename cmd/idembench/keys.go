@@ -104,18 +104,8 @@ func keyKindRatios(points []*Point) []Ratio {
 		}
 		v4 := points[i]
 		name := fmt.Sprintf("B4 B1 %s, v7/v4 keys %%s at %s records (each over its own B0)", mode, humanCount(v7.Records))
-		out = append(out, Ratio{
-			Name: fmt.Sprintf(name, "throughput"), Family: "mariadb", Concurrency: v7.Concurrency,
-			Value: (v7.RPS / v7.BaselineRPS) / (v4.RPS / v4.BaselineRPS),
-			Detail: fmt.Sprintf("(%.0f/%.0f) / (%.0f/%.0f) req/s; disk reads/req %.2f vs %.2f",
-				v7.RPS, v7.BaselineRPS, v4.RPS, v4.BaselineRPS, v7.Server["bp_disk_reads"], v4.Server["bp_disk_reads"]),
-			Headline: v7.Records == top,
-		}, Ratio{
-			Name: fmt.Sprintf(name, "P99"), Family: "mariadb", Concurrency: v7.Concurrency,
-			Value:    (v7.P99 / v7.BaselineP99) / (v4.P99 / v4.BaselineP99),
-			Detail:   fmt.Sprintf("(%.2f/%.2f) / (%.2f/%.2f) ms", v7.P99, v7.BaselineP99, v4.P99, v4.BaselineP99),
-			Headline: v7.Records == top,
-		})
+		reads := fmt.Sprintf("; disk reads/req %.2f vs %.2f", v7.Server["bp_disk_reads"], v4.Server["bp_disk_reads"])
+		out = append(out, overOwnB0(fmt.Sprintf(name, "throughput"), fmt.Sprintf(name, "P99"), v7, v4, reads, v7.Records == top)...)
 	}
 	return out
 }

@@ -112,14 +112,24 @@ type poolEntry struct {
 	sku  int
 	body []byte
 	resp []byte
+	url  string // if set, where its replays go (request.url)
+}
+
+// answered is the completed key of rq, whose answer is in w's buffer.
+func answered(w *worker, rq request) poolEntry {
+	return poolEntry{key: rq.key, user: rq.user, sku: rq.sku, body: rq.body, resp: bytes.Clone(w.buf.Bytes())}
+}
+
+// replay is a request replaying e: its answer must be e's.
+func (e *poolEntry) replay() request {
+	return request{key: e.key, user: e.user, sku: e.sku, body: e.body, want: e.resp, url: e.url}
 }
 
 // genReplay replays pool round-robin (B2).
 func genReplay(pool []poolEntry) generator {
 	var next atomic.Uint64
 	return func(w *worker) request {
-		e := &pool[(next.Add(1)-1)%uint64(len(pool))]
-		return request{key: e.key, user: e.user, sku: e.sku, body: e.body, want: e.resp}
+		return pool[(next.Add(1)-1)%uint64(len(pool))].replay()
 	}
 }
 
@@ -266,7 +276,7 @@ func createPool(client *http.Client, t target, n, conc int) ([]poolEntry, error)
 					mu.Unlock()
 					return
 				}
-				pool[j] = poolEntry{key: rq.key, user: rq.user, sku: rq.sku, body: rq.body, resp: bytes.Clone(w.buf.Bytes())}
+				pool[j] = answered(w, rq)
 			}
 		}()
 	}

@@ -58,17 +58,8 @@ func describeMachine(ctx context.Context, dsn, redisAddr string) Machine {
 		if db, err := sql.Open("mysql", cfg.FormatDSN()); err == nil {
 			defer db.Close()
 			_ = db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&m.MariaDB)
-			rows, err := db.QueryContext(ctx, `SHOW GLOBAL VARIABLES WHERE Variable_name IN
+			m.MariaDBVars = queryPairs(ctx, db, `SHOW GLOBAL VARIABLES WHERE Variable_name IN
 ('innodb_buffer_pool_size','innodb_flush_log_at_trx_commit','sync_binlog','log_bin','innodb_log_file_size','innodb_change_buffering')`)
-			if err == nil {
-				for rows.Next() {
-					var k, v string
-					if rows.Scan(&k, &v) == nil {
-						m.MariaDBVars[k] = v
-					}
-				}
-				rows.Close()
-			}
 		}
 	}
 	if st, err := openRedis(redisAddr); err == nil {
@@ -82,6 +73,24 @@ func describeMachine(ctx context.Context, dsn, redisAddr string) Machine {
 		_ = st.Close()
 	}
 	return m
+}
+
+// queryPairs is the (name, value) rows of query on db; those it could not
+// read are left out.
+func queryPairs(ctx context.Context, db *sql.DB, query string) map[string]string {
+	out := map[string]string{}
+	rows, err := db.QueryContext(ctx, query)
+	if err != nil {
+		return out
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var k, v string
+		if rows.Scan(&k, &v) == nil {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 func cmdOut(name string, args ...string) string {

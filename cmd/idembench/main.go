@@ -114,14 +114,8 @@ func run(args []string) int {
 	for _, err := range errs {
 		rep.Errors = append(rep.Errors, err.Error())
 	}
-	if opts.merge {
-		if err := rep.mergeInto(opts.out); err != nil {
-			fmt.Fprintln(os.Stderr, "idembench: -merge:", err)
-			return 1
-		}
-	}
-	if err := rep.write(opts.out); err != nil {
-		fmt.Fprintln(os.Stderr, "idembench: write report:", err)
+	if err := rep.save(opts.out, opts.merge); err != nil {
+		fmt.Fprintln(os.Stderr, "idembench:", err)
 		return 1
 	}
 	fmt.Print(rep.markdown())
@@ -231,19 +225,27 @@ func rerender(path, out string, merge bool) int {
 		fmt.Fprintln(os.Stderr, "idembench:", path+":", err)
 		return 1
 	}
-	if merge {
-		if len(rep.Sources) > 0 {
-			fmt.Fprintln(os.Stderr, "idembench: -from-json -merge:", path, "is a merged report; merge the runs it was made of")
-			return 2
-		}
-		if err := rep.mergeInto(out); err != nil {
-			fmt.Fprintln(os.Stderr, "idembench: -merge:", err)
-			return 1
-		}
+	if merge && len(rep.Sources) > 0 {
+		fmt.Fprintln(os.Stderr, "idembench: -from-json -merge:", path, "is a merged report; merge the runs it was made of")
+		return 2
 	}
-	if err := rep.write(out); err != nil {
+	if err := rep.save(out, merge); err != nil {
 		fmt.Fprintln(os.Stderr, "idembench:", err)
 		return 1
 	}
 	return 0
+}
+
+// save writes the report to out, merged into the report there first with
+// merge.
+func (rep *Report) save(out string, merge bool) error {
+	if merge {
+		if err := rep.mergeInto(out); err != nil {
+			return fmt.Errorf("-merge: %w", err)
+		}
+	}
+	if err := rep.write(out); err != nil {
+		return fmt.Errorf("write report: %w", err)
+	}
+	return nil
 }

@@ -135,33 +135,15 @@ func (rep *Report) mergeInto(dir string) error {
 	for _, p := range self.Parts {
 		replaced[p] = true
 	}
-	keep := func(family, bench string) bool { return !replaced[partOf(family, bench)] }
+	replacedPoint := func(p *Point) bool { return replaced[partOf(p.Family, p.Bench)] }
 	byPart := func(a, b *Point) int {
 		return partRank(partOf(a.Family, a.Bench)) - partRank(partOf(b.Family, b.Bench))
 	}
-
-	var points, b0 []*Point
-	for _, p := range old.Points {
-		if keep(p.Family, p.Bench) {
-			points = append(points, p)
-		}
-	}
-	rep.Points = append(points, rep.Points...)
+	rep.Points = append(slices.DeleteFunc(old.Points, replacedPoint), rep.Points...)
 	slices.SortStableFunc(rep.Points, byPart)
-	for _, g := range old.B0 {
-		if keep(g.Family, g.Bench) {
-			b0 = append(b0, g)
-		}
-	}
-	rep.B0 = append(b0, rep.B0...)
+	rep.B0 = append(slices.DeleteFunc(old.B0, replacedPoint), rep.B0...)
 	slices.SortStableFunc(rep.B0, byPart)
-	var b3 []*B3Result
-	for _, r := range old.B3 {
-		if keep(r.Family, "B3") {
-			b3 = append(b3, r)
-		}
-	}
-	rep.B3 = append(b3, rep.B3...)
+	rep.B3 = append(slices.DeleteFunc(old.B3, func(r *B3Result) bool { return replaced[partOf(r.Family, "B3")] }), rep.B3...)
 	slices.SortStableFunc(rep.B3, func(a, b *B3Result) int { return partRank(a.Family) - partRank(b.Family) })
 	if !replaced["b4"] {
 		rep.B4Loads = old.B4Loads

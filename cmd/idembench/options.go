@@ -120,31 +120,17 @@ func parseOptions(args []string) (options, error) {
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	o.args = args
-	pick := func(full, quick string) string {
-		if o.quick {
-			return quick
-		}
-		return full
-	}
 	// Settings left at zero take their full or quick default.
-	for _, d := range []struct {
-		v           *time.Duration
-		full, quick time.Duration
-	}{{&o.duration, 10 * time.Second, 1500 * time.Millisecond}, {&o.warmup, time.Second, 500 * time.Millisecond}, {&o.settleMax, 3 * time.Minute, 3 * time.Second}} {
-		if *d.v == 0 {
-			*d.v = map[bool]time.Duration{false: d.full, true: d.quick}[o.quick]
-		}
-	}
-	for _, d := range []struct {
-		v           *int
-		full, quick int
-	}{
-		{&o.slices, 5, 3}, {&o.queueMessages, 2000, 300}, {&o.webhookEvents, 1000, 200}, {&o.b3Reps, 20, 5}, {&o.poolSize, 1000, 256},
-	} {
-		if *d.v == 0 {
-			*d.v = map[bool]int{false: d.full, true: d.quick}[o.quick]
-		}
-	}
+	defaultTo(&o.duration, 10*time.Second, 1500*time.Millisecond, o.quick)
+	defaultTo(&o.warmup, time.Second, 500*time.Millisecond, o.quick)
+	defaultTo(&o.settleMax, 3*time.Minute, 3*time.Second, o.quick)
+	defaultTo(&o.slices, 5, 3, o.quick)
+	defaultTo(&o.queueMessages, 2000, 300, o.quick)
+	defaultTo(&o.webhookEvents, 1000, 200, o.quick)
+	defaultTo(&o.b3Reps, 20, 5, o.quick)
+	defaultTo(&o.poolSize, 1000, 256, o.quick)
+	defaultTo(conc, "1,16,64", "16", o.quick)
+	defaultTo(levels, "0,1000000,10000000", "0,100000", o.quick)
 	if o.profileDir != "" {
 		o.slices = 1 // one profile per point
 	}
@@ -156,9 +142,6 @@ func parseOptions(args []string) (options, error) {
 	}
 	if o.benchtime == "" && o.quick {
 		o.benchtime = "100ms"
-	}
-	if *conc == "" {
-		*conc = pick("1,16,64", "16")
 	}
 	for _, s := range strings.Split(*conc, ",") {
 		c, err := strconv.Atoi(strings.TrimSpace(s))
@@ -177,9 +160,6 @@ func parseOptions(args []string) (options, error) {
 	if len(o.modes) == 0 || o.modes[0] != idempotency.ModeClaimFirst {
 		return o, errors.New("-modes: list claim-first first (B2's pool and B4 use it)")
 	}
-	if *levels == "" {
-		*levels = pick("0,1000000,10000000", "0,100000")
-	}
 	for _, s := range strings.Split(*levels, ",") {
 		n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
 		if err != nil || n < 0 || n > 10*users*1_000_000 {
@@ -193,13 +173,25 @@ func parseOptions(args []string) (options, error) {
 	return o, nil
 }
 
+// defaultTo sets *v, if zero, to full, or to quick in quick mode.
+func defaultTo[T comparable](v *T, full, quick T, isQuick bool) {
+	var zero T
+	switch {
+	case *v != zero:
+	case isQuick:
+		*v = quick
+	default:
+		*v = full
+	}
+}
+
 func (o options) summary() map[string]any {
 	modes := make([]string, len(o.modes))
 	for i, m := range o.modes {
 		modes[i] = modeName(m)
 	}
 	return map[string]any{
-		"quick": o.quick, "duration": o.duration.String(), "warmup": o.warmup.String(), "slices": o.slices, "settle_max": o.settleMax.String(), "first_slice_warmup": "all",
+		"quick": o.quick, "duration": o.duration.String(), "warmup": o.warmup.String(), "slices": o.slices, "settle_max": o.settleMax.String(), "first_slice_warmup": "all", "round_trips": "network",
 		"concurrency": o.concurrency, "modes": modes, "b4_levels": o.b4Levels, "b4_concurrency": o.b4Conc,
 		"b3_requests": o.b3Conc, "b3_repetitions": o.b3Reps, "replay_pool": o.poolSize,
 		"sqlite": o.sqlite, "fiber": o.fiber, "fleet": o.fleet, "grpc": o.grpc, "floor": o.floor, "ceiling": o.ceiling, "b4": o.b4, "gobench": o.gobench, "benchtime": o.benchtime,

@@ -166,11 +166,7 @@ func fillLatency(p *Point, lat []time.Duration) {
 		return
 	}
 	p.P50, p.P99, p.P999 = percentile(lat, 50), percentile(lat, 99), percentile(lat, 99.9)
-	var sum time.Duration
-	for _, d := range lat {
-		sum += d
-	}
-	p.Mean = float64(sum) / float64(len(lat)) / 1e6
+	p.Mean = meanMS(lat)
 	p.Max = float64(lat[len(lat)-1]) / 1e6
 }
 
@@ -226,15 +222,26 @@ func kindStat(sorted []time.Duration, conc int, seconds float64) *KindStat {
 	if len(sorted) == 0 {
 		return k
 	}
-	var sum time.Duration
-	for _, d := range sorted {
-		sum += d
-	}
-	k.Mean = float64(sum) / float64(len(sorted)) / 1e6
+	k.Mean = meanMS(sorted)
 	k.RPS = float64(len(sorted)) / seconds
 	k.EquivRPS = float64(conc) / (k.Mean / 1e3)
 	k.P50, k.P99 = percentile(sorted, 50), percentile(sorted, 99)
 	return k
+}
+
+// meanMS is the mean of durations, in ms.
+func meanMS(lat []time.Duration) float64 {
+	var sum time.Duration
+	for _, d := range lat {
+		sum += d
+	}
+	return float64(sum) / float64(len(lat)) / 1e6
+}
+
+// nearestRank is the index of the nearest-rank percentile p of n sorted
+// values (n > 0).
+func nearestRank(n int, p float64) int {
+	return max(0, min(int(p/100*float64(n)+0.999999)-1, n-1))
 }
 
 // percentile is the nearest-rank percentile of sorted durations, in ms.
@@ -242,17 +249,14 @@ func percentile(sorted []time.Duration, p float64) float64 {
 	if len(sorted) == 0 {
 		return 0
 	}
-	rank := int(p/100*float64(len(sorted))+0.999999) - 1
-	rank = max(0, min(rank, len(sorted)-1))
-	return float64(sorted[rank]) / 1e6
+	return float64(sorted[nearestRank(len(sorted), p)]) / 1e6
 }
 
 func pctFloat(sorted []float64, p float64) float64 {
 	if len(sorted) == 0 {
 		return math.NaN()
 	}
-	rank := int(p/100*float64(len(sorted))+0.999999) - 1
-	return sorted[max(0, min(rank, len(sorted)-1))]
+	return sorted[nearestRank(len(sorted), p)]
 }
 
 func compactInts(xs []int) string {

@@ -4,11 +4,10 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"os"
+	"maps"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -58,21 +57,14 @@ func openPostgres(ctx context.Context, url, label string) (*family, error) {
 	if err != nil {
 		return nil, err
 	}
-	name := databaseName(label)
-	if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
-		admin.Close()
-		return nil, fmt.Errorf("create database %s: %w", name, err)
-	}
 	f := &family{name: "postgres", dialect: "postgres"}
-	f.cleanup = append(f.cleanup, func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		// FORCE: a pool closed a moment ago may still be disconnecting.
-		if _, err := admin.ExecContext(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
-			fmt.Fprintf(os.Stderr, "idembench: drop database %s: %v\n", name, err)
-		}
-		admin.Close()
-	})
+	f.cleanup = append(f.cleanup, func() { admin.Close() })
+	name := databaseName(label)
+	// FORCE: a pool closed a moment ago may still be disconnecting.
+	if err := f.createDatabase(ctx, admin, name, "CREATE DATABASE "+name, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
+		f.close()
+		return nil, err
+	}
 	dbCfg := cfg.Copy()
 	dbCfg.Database = name
 	counts := &sqlCounts{}
@@ -93,32 +85,25 @@ func openPostgres(ctx context.Context, url, label string) (*family, error) {
 	return f, nil
 }
 
-// pgxCounter counts what pgx sends as sqlCounts does for MySQL: each
-// statement one round trip (prepared statements are cached per
-// connection), and a batch one, counted as the COMMIT when it carries one
-// (postgres.OpenDB sends single-phase's record with the COMMIT).
+// pgxCounter counts what pgx sends: each statement one round trip
+// (prepared statements are cached per connection), and a batch one, a
+// commit when it ends with COMMIT (postgres.OpenDB sends single-phase's
+// record with the COMMIT).
 type pgxCounter struct{ n *sqlCounts }
 
 func (c *pgxCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
-	c.counter(d.SQL).Add(1)
+	c.trip(d.SQL)
 	return ctx
 }
 
 func (c *pgxCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
-// counter is where a statement counts: begins, commits or rollbacks by its
-// first word, else stmts.
-func (c *pgxCounter) counter(sql string) *atomic.Int64 {
-	word, _, _ := strings.Cut(strings.TrimSpace(sql), " ")
-	switch strings.ToLower(word) {
-	case "begin":
-		return &c.n.begins
-	case "commit":
-		return &c.n.commits
-	case "rollback":
-		return &c.n.rollbacks
+// trip counts one round trip whose last statement is sql.
+func (c *pgxCounter) trip(sql string) {
+	c.n.trips.Add(1)
+	if word, _, _ := strings.Cut(strings.TrimSpace(sql), " "); strings.EqualFold(word, "commit") {
+		c.n.commits.Add(1)
 	}
-	return &c.n.stmts
 }
 
 // batchTrip is a batch's one round trip, filed under its last statement.
@@ -136,7 +121,7 @@ func (c *pgxCounter) TraceBatchQuery(ctx context.Context, _ *pgx.Conn, d pgx.Tra
 
 func (c *pgxCounter) TraceBatchEnd(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchEndData) {
 	if b, ok := ctx.Value(batchTrip{}).(*batchTrip); ok {
-		c.counter(b.last).Add(1)
+		c.trip(b.last)
 	}
 }
 
@@ -156,9 +141,7 @@ func postgresProbe(admin *sql.DB, dbName string, counts *sqlCounts) func() map[s
 	)
 	return func() map[string]float64 {
 		out := cpu()
-		for k, v := range counts.snapshot() {
-			out[k] = v
-		}
+		maps.Copy(out, counts.snapshot())
 		var walSyncs float64
 		if admin.QueryRow(`SELECT wal_sync FROM pg_stat_wal`).Scan(&walSyncs) == nil {
 			out["fsyncs"] = walSyncs
@@ -203,17 +186,6 @@ func describePostgres(ctx context.Context, url string) (string, map[string]strin
 	defer admin.Close()
 	var version string
 	_ = admin.QueryRowContext(ctx, "SHOW server_version").Scan(&version)
-	vars := map[string]string{}
-	rows, err := admin.QueryContext(ctx, `SELECT name, current_setting(name) FROM pg_settings WHERE name IN
+	return version, queryPairs(ctx, admin, `SELECT name, current_setting(name) FROM pg_settings WHERE name IN
 ('shared_buffers', 'synchronous_commit', 'fsync', 'wal_sync_method', 'full_page_writes', 'commit_delay', 'max_connections')`)
-	if err == nil {
-		for rows.Next() {
-			var k, v string
-			if rows.Scan(&k, &v) == nil {
-				vars[k] = v
-			}
-		}
-		rows.Close()
-	}
-	return version, vars
 }

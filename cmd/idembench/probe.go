@@ -5,7 +5,9 @@ package main
 // window (perRequest turns the two readings into a point's columns).
 
 import (
+	"context"
 	"database/sql"
+	"maps"
 	"os"
 	"strconv"
 	"strings"
@@ -28,22 +30,11 @@ func mariaProbe(admin *sql.DB, counts *sqlCounts) func() map[string]float64 {
 	cpu := cpuProbe(map[string]string{"cpu_db": "mariadbd"})
 	return func() map[string]float64 {
 		out := cpu()
-		for k, v := range counts.snapshot() {
-			out[k] = v
-		}
-		rows, err := admin.Query("SHOW GLOBAL STATUS WHERE Variable_name IN ('Questions','Com_commit','Innodb_data_fsyncs','Innodb_buffer_pool_reads','Innodb_row_lock_waits')")
-		if err != nil {
-			return out
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var name, value string
-			if rows.Scan(&name, &value) != nil {
-				continue
-			}
+		maps.Copy(out, counts.snapshot())
+		status := queryPairs(context.Background(), admin, "SHOW GLOBAL STATUS WHERE Variable_name IN ('Questions','Com_commit','Innodb_data_fsyncs','Innodb_buffer_pool_reads','Innodb_row_lock_waits')")
+		for name, value := range status {
 			if label := vars[name]; label != "" {
-				v, _ := strconv.ParseFloat(value, 64)
-				out[label] = v
+				out[label], _ = strconv.ParseFloat(value, 64)
 			}
 		}
 		return out

@@ -140,11 +140,11 @@ func (q *queueRunner) service(v queueVariant) (*orderservice.Service, error) {
 	if s := q.svcs[key]; s != nil {
 		return s, nil
 	}
-	opts := orderservice.Options{Dialect: q.f.dialect}
+	opts := orderservice.Options{}
 	if v.protected {
-		opts.Idempotency, opts.Store, opts.Config = true, q.f.store, idempotency.Config{Mode: v.mode}
+		opts.Idempotency, opts.Config = true, idempotency.Config{Mode: v.mode}
 	}
-	s, err := orderservice.New(q.f.db, opts)
+	s, err := q.f.newService(opts)
 	if err != nil {
 		return nil, err
 	}

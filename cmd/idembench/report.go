@@ -173,15 +173,8 @@ func computeRatios(points []*Point, b0 []*Point) []Ratio {
 		normalized := large.BaselineRPS > 0 && empty.BaselineRPS > 0
 		if normalized {
 			// Levels are minutes apart: compare each through its own B0.
-			out = append(out, Ratio{
-				Name: "B4 " + name + " throughput " + lvl + " (each over its own B0)", Family: "mariadb", Concurrency: large.Concurrency,
-				Value:  (large.RPS / large.BaselineRPS) / (empty.RPS / empty.BaselineRPS),
-				Detail: fmt.Sprintf("(%.0f/%.0f) / (%.0f/%.0f) req/s", large.RPS, large.BaselineRPS, empty.RPS, empty.BaselineRPS), Headline: true,
-			}, Ratio{
-				Name: "B4 " + name + " P99 " + lvl + " (each over its own B0)", Family: "mariadb", Concurrency: large.Concurrency,
-				Value:  (large.P99 / large.BaselineP99) / (empty.P99 / empty.BaselineP99),
-				Detail: fmt.Sprintf("(%.2f/%.2f) / (%.2f/%.2f) ms", large.P99, large.BaselineP99, empty.P99, empty.BaselineP99), Headline: true,
-			})
+			out = append(out, overOwnB0("B4 "+name+" throughput "+lvl+" (each over its own B0)", "B4 "+name+" P99 "+lvl+" (each over its own B0)",
+				large, empty, "", true)...)
 		}
 		raw := &Point{Concurrency: large.Concurrency, RPS: large.RPS, BaselineRPS: empty.RPS, P99: large.P99, BaselineP99: empty.P99}
 		out = append(out, thrRatio("B4 "+name+" throughput "+lvl+" (raw)", "mariadb", raw, !normalized),
@@ -190,6 +183,21 @@ func computeRatios(points []*Point, b0 []*Point) []Ratio {
 	// B4: new keys of both kinds at each level (keys.go).
 	out = append(out, keyKindRatios(points)...)
 	return out
+}
+
+// overOwnB0 compares a with b (on MariaDB), each through its own baseline
+// as they were measured apart: (a / a's B0) / (b / b's B0), in throughput
+// (named thrName, its detail followed by extra) and in P99.
+func overOwnB0(thrName, p99Name string, a, b *Point, extra string, headline bool) []Ratio {
+	return []Ratio{{
+		Name: thrName, Family: "mariadb", Concurrency: a.Concurrency,
+		Value:  (a.RPS / a.BaselineRPS) / (b.RPS / b.BaselineRPS),
+		Detail: fmt.Sprintf("(%.0f/%.0f) / (%.0f/%.0f) req/s", a.RPS, a.BaselineRPS, b.RPS, b.BaselineRPS) + extra, Headline: headline,
+	}, {
+		Name: p99Name, Family: "mariadb", Concurrency: a.Concurrency,
+		Value:  (a.P99 / a.BaselineP99) / (b.P99 / b.BaselineP99),
+		Detail: fmt.Sprintf("(%.2f/%.2f) / (%.2f/%.2f) ms", a.P99, a.BaselineP99, b.P99, b.BaselineP99), Headline: headline,
+	}}
 }
 
 // thrRatio is p's throughput over its baseline's.

@@ -39,19 +39,9 @@ func (rep *Report) markdown() string {
 	w("| date | %s |\n| nproc | %s |\n| CPU | %s |\n| memory | %s |\n| kernel | %s |\n| Go | %s (binary built with %s) |\n",
 		m.Date, m.Nproc, m.CPUModel, m.MemTotal, m.Kernel, m.GoVersion, m.GoBuiltWith)
 	w("| MariaDB | %s (`SELECT VERSION()`) |\n", m.MariaDB)
-	var vars []string
-	for k, v := range m.MariaDBVars {
-		vars = append(vars, k+"="+v)
-	}
-	slices.Sort(vars)
-	w("| MariaDB settings | %s |\n", strings.Join(vars, ", "))
+	w("| MariaDB settings | %s |\n", settingsLine(m.MariaDBVars))
 	if m.Postgres != "" {
-		var pv []string
-		for k, v := range m.PostgresVars {
-			pv = append(pv, k+"="+v)
-		}
-		slices.Sort(pv)
-		w("| PostgreSQL | %s (`SHOW server_version`) |\n| PostgreSQL settings | %s |\n", m.Postgres, strings.Join(pv, ", "))
+		w("| PostgreSQL | %s (`SHOW server_version`) |\n| PostgreSQL settings | %s |\n", m.Postgres, settingsLine(m.PostgresVars))
 	}
 	if m.Redis != "" {
 		w("| Redis | %s |\n", m.Redis)
@@ -105,7 +95,7 @@ func (rep *Report) markdown() string {
 	w("- Every point warms up for %v, then measures for %v; only requests completing inside the window count. A B1/B2 point splits its window into %v slices that alternate with slices of its B0 baseline; %s, later slices for 200 ms (the connections are warm); the slices of each are merged. Latency is per request at the client; throughput is answers in the window / window.\n", rep.Options["warmup"], rep.Options["duration"], rep.Options["slices"], firstSliceWarmup(rep.Options))
 	w("- Every answer is checked: 201 for creates; for replays also `Idempotent-Replayed: true` and a body byte-identical to the first answer. Failed checks are the `err` column; a point with more than 1%% fails the run.\n")
 	w("- B0 is the same create transaction (price lookup, INSERT INTO purchase_order as INIT, guarded UPDATE to CREATED, commit) with Idempotency=false and no key. B1 sends a new UUID key per request. B2 replays a pool of %v completed keys round-robin.\n", rep.Options["replay_pool"])
-	w("- Server columns (MariaDB): round trips/req are this process's statements to the database per request, BEGIN and COMMIT included, counted by a wrapper around the driver (each statement is one round trip with interpolateParams=true); fsync/req is `Innodb_data_fsyncs` per request (redo log and data files; group commit shares one log fsync between concurrent commits), reads/req is `Innodb_buffer_pool_reads` (pages read from disk). These two counters are server-wide: anything else running on the server adds to them. cpu%% is CPU time over the window in %% of one core: `go` is this process (load generator, HTTP server, middleware), `db` is mariadbd (and redis-server in B5), `other` is every other process on the machine (a busy neighbour makes that point noisy).\n")
+	w("- Server columns (MariaDB): round trips/req are %s; fsync/req is `Innodb_data_fsyncs` per request (redo log and data files; group commit shares one log fsync between concurrent commits), reads/req is `Innodb_buffer_pool_reads` (pages read from disk). These two counters are server-wide: anything else running on the server adds to them. cpu%% is CPU time over the window in %% of one core: `go` is this process (load generator, HTTP server, middleware), `db` is mariadbd (and redis-server in B5), `other` is every other process on the machine (a busy neighbour makes that point noisy).\n", mariaTrips(rep.Options))
 	if len(rep.pointsOf(func(p *Point) bool { return p.Family == "postgres" })) > 0 {
 		w("- Server columns (PostgreSQL): round trips/req as for MariaDB (pgx caches each connection's prepared statements, so after its first use a statement is one round trip); fsync/req is `pg_stat_wal.wal_sync` per request (server-wide, and flushed by the backends at most once a second, so it smears between neighbouring slices); reads/req is not measured; cpu%% db is the backends connected to the benchmark's database plus the WAL writer, checkpointer and background writer, read from /proc. The pool is postgres.Open's (postgres.MaxConns connections), as examples/server opens it.\n")
 	}
@@ -269,6 +259,16 @@ func (rep *Report) table(b *strings.Builder, fam string, pts []*Point, withB0 bo
 	w("\n")
 }
 
+// settingsLine is m's settings as name=value, sorted, comma-separated.
+func settingsLine(m map[string]string) string {
+	var out []string
+	for k, v := range m {
+		out = append(out, k+"="+v)
+	}
+	slices.Sort(out)
+	return strings.Join(out, ", ")
+}
+
 func atoiOr(s string, def int) int {
 	var n int
 	if _, err := fmt.Sscan(s, &n); err != nil || n <= 0 {
@@ -285,4 +285,15 @@ func firstSliceWarmup(opts map[string]any) string {
 		return "the first slice of each side warms up for the full warm-up"
 	}
 	return "in this run only B0's first slice warmed up fully, B1/B2's for 200 ms (a fresh replay cache could still be filling during their first slice, which can only raise their P99)"
+}
+
+// mariaTrips says how round trips to MariaDB were counted: at the network
+// connection since the option was recorded (the MariaDB families open
+// idempotency.OpenMySQL's pool, which batches single-phase's record with
+// the COMMIT); before, statements counted by a wrapper around the driver.
+func mariaTrips(opts map[string]any) string {
+	if opts["round_trips"] == "network" {
+		return "this process's round trips to the database per request, counted at its connections: each write that follows an answer is one, so a statement, BEGIN or COMMIT is one (interpolateParams=true), and so is a batch sent together, as single-phase's record INSERT with the COMMIT on idempotency.OpenMySQL's pool, on which every MariaDB family opens its pools (with examples/server's pool settings), B0's included"
+	}
+	return "this process's statements to the database per request, BEGIN and COMMIT included, counted by a wrapper around the driver (each statement is one round trip with interpolateParams=true)"
 }

@@ -12,12 +12,7 @@ import (
 // what each path adds over the baseline.
 func (rep *Report) whereTimeGoes(b *strings.Builder) {
 	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
-	var b0 *Point
-	for _, g := range rep.B0 {
-		if g.Family == "mariadb" && (b0 == nil || g.Concurrency == headlineConc) {
-			b0 = g
-		}
-	}
+	b0 := rep.headlineB0("mariadb")
 	if b0 == nil {
 		return
 	}
@@ -54,7 +49,8 @@ func (rep *Report) whereTimeGoes(b *strings.Builder) {
 		}
 	}
 	w("\nOn %s cores shared by the load generator, the server and MariaDB, CPU per request decides throughput once the cores are busy (go + mariadbd + others near %d%%); at concurrency 1 the latency of each round trip and flush does. ", rep.Machine.Nproc, 100*atoiOr(rep.Machine.Nproc, 2))
-	w("Claim-first writes twice per create: the claim INSERT commits on its own (with innodb_flush_log_at_trx_commit=1, its own redo-log flush) before the business transaction, which then finishes the record with an UPDATE — changing the status, lease and expiry columns and so its secondary index entry — and commits. Single-phase INSERTs the finished record as the business transaction's last statement, so a create costs one statement more than B0, commits once, like B0, and writes each index entry once. ")
+	w("Claim-first writes twice per create: the claim INSERT commits on its own (with innodb_flush_log_at_trx_commit=1, its own redo-log flush) before the business transaction, which then finishes the record with an UPDATE — changing the status, lease and expiry columns and so its secondary index entry — and commits. Single-phase INSERTs the finished record as the business transaction's last statement, so a create costs one statement more than B0%s, commits once, like B0, and writes each index entry once. ",
+		map[bool]string{true: " (sent with the COMMIT, no round trip more)"}[rep.Options["round_trips"] == "network"])
 	w("A replay without the cache costs claim-first an INSERT that fails on the duplicate key plus a SELECT; single-phase executes the handler, collides on the order's (or the record's) unique key, rolls back and reads the record; with the cache it costs no statement at all. ")
 	w("Group commit lets concurrent commits share one flush, so fsyncs per request fall below the commits per request as concurrency grows (the fsync counter is server-wide and also counts data-file flushes, so it is indicative only).\n\n")
 	if b4 := rep.pointsOf(func(p *Point) bool { return p.Bench == "B4:B1" }); len(b4) > 1 {
@@ -100,12 +96,7 @@ func (rep *Report) whereTimeGoes(b *strings.Builder) {
 // headline concurrency: what each path adds over the bare create.
 func (rep *Report) postgresTimeGoes(b *strings.Builder) {
 	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
-	var b0 *Point
-	for _, g := range rep.B0 {
-		if g.Family == "postgres" && (b0 == nil || g.Concurrency == headlineConc) {
-			b0 = g
-		}
-	}
+	b0 := rep.headlineB0("postgres")
 	if b0 == nil {
 		return
 	}
@@ -129,4 +120,16 @@ func (rep *Report) postgresTimeGoes(b *strings.Builder) {
 		w("- %s: %s%s.\n", p.label(), stat(p), extra)
 	}
 	w("\nWith synchronous_commit=on a commit waits for its WAL flush, as with innodb_flush_log_at_trx_commit=1 on MariaDB; concurrent commits share flushes. PostgreSQL backends flush their statistics at most once a second, so WAL syncs per request smear between neighbouring slices: indicative only.\n\n")
+}
+
+// headlineB0 is family fam's aggregated B0 at the headline concurrency, or
+// else its first; nil if it has none.
+func (rep *Report) headlineB0(fam string) *Point {
+	var b0 *Point
+	for _, g := range rep.B0 {
+		if g.Family == fam && (b0 == nil || g.Concurrency == headlineConc) {
+			b0 = g
+		}
+	}
+	return b0
 }

@@ -116,6 +116,57 @@ func (h *naiveWebhook) q(query string) string {
 	return b.String()
 }
 
+// machineWebhook is the webhook family's other twin: the protected
+// webhook's work without its idempotency record. The same verifier, then
+// the order store's payment state machine (Orders.ApplyPayment, which
+// records each event id itself) in a plain transaction at the isolation
+// level the protected webhook uses, committed, acknowledged. Its ratio to
+// the naive handler is what the payment facts cost; the protected
+// variants' ratio to it is what the record costs.
+type machineWebhook struct {
+	db     *sql.DB
+	orders idempotency.Orders
+	tx     *sql.TxOptions
+	v      payment.Verifier
+}
+
+func (h *machineWebhook) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, payment.MaxBodyBytes+1))
+	if err != nil {
+		h.v.Refuse(w, http.StatusBadRequest, "unreadable body")
+		return
+	}
+	ev, err := h.v.Verify(r.Header, body, time.Now())
+	if err != nil {
+		h.v.Refuse(w, http.StatusBadRequest, "not verified")
+		return
+	}
+	if err := h.apply(r.Context(), ev); err != nil {
+		h.v.Refuse(w, http.StatusServiceUnavailable, "database")
+		return
+	}
+	h.v.Acknowledge(w)
+}
+
+func (h *machineWebhook) apply(ctx context.Context, ev payment.Event) error {
+	tx, err := h.db.BeginTx(ctx, h.tx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback() }()
+	kind := idempotency.PaymentSucceeded // the family delivers successes only
+	if ev.Kind != payment.Succeeded {
+		return fmt.Errorf("machine webhook: %s events are not delivered by this benchmark", ev.Kind)
+	}
+	if _, err := h.orders.ApplyPayment(ctx, tx, idempotency.PaymentEvent{
+		Provider: ev.Provider, EventID: ev.ID, PaymentID: ev.PaymentID, OrderNo: ev.OrderNo,
+		Kind: kind, Amount: ev.Amount, Currency: ev.Currency, Digest: ev.Digest,
+	}); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
 // createOrders creates the run's orders, CREATED, one per event, and
 // returns the events that pay them.
 func (wb *webhookBed) createOrders(ctx context.Context, run string, n int) ([]webhookEvent, error) {

@@ -7,7 +7,8 @@ import (
 )
 
 // The webhook family pays every order exactly once through the protected
-// webhook, also in a redelivery storm, and counts the naive twin's double
+// webhook and through the state machine without the record, also in a
+// redelivery storm, and counts the naive twin's double
 // effects there. It needs a MariaDB server: skipped without one, except in
 // CI.
 func TestWebhookFamily_ProtectedAppliesEveryEventOnce(t *testing.T) {
@@ -36,14 +37,14 @@ func TestWebhookFamily_ProtectedAppliesEveryEventOnce(t *testing.T) {
 	for _, p := range r.points {
 		got[p.label()] = p
 	}
-	for _, label := range []string{"W0 mariadb naive", "W1 mariadb claim-first", "W2 mariadb storm naive", "W2 mariadb storm claim-first"} {
+	for _, label := range []string{"W0 mariadb naive", "W0 mariadb state machine", "W1 mariadb claim-first", "W2 mariadb storm naive", "W2 mariadb storm claim-first"} {
 		p := got[label]
 		switch {
 		case p == nil:
 			t.Fatalf("no point %q in %v", label, r.points)
 		case p.Errors > 0:
 			t.Errorf("%s: %d errors (first: %s)", label, p.Errors, p.FirstError)
-		case p.Bench == "W1" || label == "W2 mariadb storm claim-first":
+		case p.Bench == "W1" || label == "W2 mariadb storm claim-first" || label == "W0 mariadb state machine":
 			if p.Statuses["doubles"] != 0 || p.BaselineRPS == 0 {
 				t.Errorf("%s: %d double effects, baseline %.0f/s; want none, against its naive twin", label, p.Statuses["doubles"], p.BaselineRPS)
 			}

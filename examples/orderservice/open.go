@@ -6,10 +6,14 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/orderguard/idempotency"
 )
 
-// OpenMySQL opens cfg the way the examples recommend: interpolateParams (one
-// round trip per statement instead of prepare, execute and close),
+// OpenMySQL opens cfg the way the examples recommend: on
+// idempotency.OpenMySQL's pool (a single-phase record's INSERT travels with
+// the COMMIT), interpolateParams (one round trip per statement instead of
+// prepare, execute and close),
 // parseTime, a 5 s innodb_lock_wait_timeout unless cfg sets one (a claim
 // waiting on a stuck transaction is retried a few times, and that budget must
 // stay well inside the lease), a pool of 64, and a ping.
@@ -23,7 +27,7 @@ func OpenMySQL(ctx context.Context, cfg *mysql.Config) (*sql.DB, error) {
 		}
 		cfg.Params["innodb_lock_wait_timeout"] = "5"
 	}
-	db, err := sql.Open("mysql", cfg.FormatDSN())
+	db, err := idempotency.OpenMySQL(cfg)
 	if err != nil {
 		return nil, err
 	}
