@@ -187,6 +187,7 @@ func (s *suite) newEnv(t *testing.T, cfg idempotency.Config, store idempotency.S
 	cfg.Lease = max(cfg.Lease, 2*time.Second)
 	svc, err := orderservice.New(sqlDB, orderservice.Options{
 		Idempotency: true, Store: store, Dialect: dialect, Config: cfg, AfterCreate: s.hooks.run,
+		PaymentEventsMode: &cfg.Mode, // the suite's mode on every route
 	})
 	require.NoError(t, err)
 	return &Env{Service: svc, DB: sqlDB, Dialect: dialect, Mode: cfg.Mode}, fs

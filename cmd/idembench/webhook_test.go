@@ -37,20 +37,20 @@ func TestWebhookFamily_ProtectedAppliesEveryEventOnce(t *testing.T) {
 	for _, p := range r.points {
 		got[p.label()] = p
 	}
-	for _, label := range []string{"W0 mariadb naive", "W0 mariadb state machine", "W1 mariadb claim-first", "W2 mariadb storm naive", "W2 mariadb storm claim-first"} {
+	for _, label := range []string{"W0 mariadb naive", "W0 mariadb state machine", "W1 mariadb single-phase", "W2 mariadb storm naive", "W2 mariadb storm single-phase"} {
 		p := got[label]
 		switch {
 		case p == nil:
 			t.Fatalf("no point %q in %v", label, r.points)
 		case p.Errors > 0:
 			t.Errorf("%s: %d errors (first: %s)", label, p.Errors, p.FirstError)
-		case p.Bench == "W1" || label == "W2 mariadb storm claim-first" || label == "W0 mariadb state machine":
+		case p.Bench == "W1" || label == "W2 mariadb storm single-phase" || label == "W0 mariadb state machine":
 			if p.Statuses["doubles"] != 0 || p.BaselineRPS == 0 {
 				t.Errorf("%s: %d double effects, baseline %.0f/s; want none, against its naive twin", label, p.Statuses["doubles"], p.BaselineRPS)
 			}
 		}
 	}
-	if got["W2 mariadb storm claim-first"].Statuses["deliveries"] < 3*40 {
-		t.Errorf("storm deliveries %v, want every event three times at least", got["W2 mariadb storm claim-first"].Statuses)
+	if got["W2 mariadb storm single-phase"].Statuses["deliveries"] < 3*40 {
+		t.Errorf("storm deliveries %v, want every event three times at least", got["W2 mariadb storm single-phase"].Statuses)
 	}
 }

@@ -59,6 +59,7 @@ type flags struct {
 	addr              string
 	db                string
 	mode              string
+	paymentMode       string
 	reconcileInterval time.Duration
 	purgeInterval     time.Duration
 	lease             time.Duration
@@ -89,6 +90,7 @@ func newFlagSet(out io.Writer, f *flags) *flag.FlagSet {
 	fs.StringVar(&f.addr, "addr", "127.0.0.1:8080", "listen `HOST:PORT`")
 	fs.StringVar(&f.db, "db", "sqlite://orders.db", dburl.Usage)
 	fs.StringVar(&f.mode, "mode", "claim-first", "recording `MODE`: claim-first or single-phase")
+	fs.StringVar(&f.paymentMode, "payment-mode", "single-phase", "recording `MODE` of payment events: single-phase (they write only in the database) or claim-first")
 	fs.DurationVar(&f.reconcileInterval, "reconcile-interval", 5*time.Second, "how often abandoned claims are settled (0 = off)")
 	fs.DurationVar(&f.purgeInterval, "purge-interval", time.Minute, "how often expired records are deleted (0 = off)")
 	fs.DurationVar(&f.lease, "lease", 30*time.Second, "how long a PROCESSING claim is held")
@@ -122,7 +124,7 @@ var help = cli.Help{
 	Groups: []cli.Group{
 		cli.Flags("Server", "addr"),
 		cli.Flags("Database", "db", "migrate"),
-		cli.Flags("Idempotency", "mode", "lease", "retention", "in-flight-wait", "reconcile-interval", "purge-interval", "idempotency", "handler-delay"),
+		cli.Flags("Idempotency", "mode", "payment-mode", "lease", "retention", "in-flight-wait", "reconcile-interval", "purge-interval", "idempotency", "handler-delay"),
 		cli.Flags("Redis pre-filter (optional)", "redis", "redis-timeout", "redis-prefix"),
 		cli.Flags("Payment callbacks (each route served only when its flags are given)",
 			"stripe-webhook-secret", "webhook-secret",
@@ -139,6 +141,10 @@ func run(args []string) error {
 	mode, err := idempotency.ParseMode(f.mode)
 	if err != nil {
 		return fmt.Errorf("-mode: %w", err)
+	}
+	paymentMode, err := idempotency.ParseMode(f.paymentMode)
+	if err != nil {
+		return fmt.Errorf("-payment-mode: %w", err)
 	}
 	hooks, err := f.webhooks.routes()
 	if err != nil {
@@ -197,11 +203,12 @@ func run(args []string) error {
 		log.Warn("fault injection armed", "crash_point", point)
 	}
 	svc, err := orderservice.New(db, orderservice.Options{
-		Idempotency:  f.idempotency,
-		Store:        store,
-		Dialect:      dialect,
-		HandlerDelay: f.handlerDelay,
-		AfterCreate:  afterCreate(point),
+		Idempotency:       f.idempotency,
+		Store:             store,
+		Dialect:           dialect,
+		HandlerDelay:      f.handlerDelay,
+		AfterCreate:       afterCreate(point),
+		PaymentEventsMode: &paymentMode,
 		Config: idempotency.Config{
 			Mode:         mode,
 			Lease:        f.lease,

@@ -73,7 +73,7 @@ func testPaymentCallbackCrash(t *testing.T, open crashDatabase) {
 		t.Run(tc.mode+"/"+tc.point, func(t *testing.T) {
 			t.Parallel()
 			db, dbURL := open(t)
-			srv := newCrashServer(t, dbURL, tc.mode, "-webhook-secret", testStandardSecret)
+			srv := newCrashServer(t, dbURL, tc.mode, "-payment-mode", tc.mode, "-webhook-secret", testStandardSecret)
 			client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 
 			// 1. An order, created by a server without a crash point, which
