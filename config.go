@@ -158,8 +158,11 @@ type Config struct {
 	// answering in-progress. Waiters on this instance wake the moment the
 	// original finishes; waiters on other instances poll the store, or,
 	// when SharedCache's in-flight marker says the key is executing, poll
-	// the SharedCache without touching the store. Defaults to 0: answer
-	// in-progress at once.
+	// the SharedCache without touching the store. In ModeSinglePhase, a
+	// duplicate of a key this instance is executing waits for that
+	// execution and replays it, instead of executing beside it and
+	// rolling back on the collision. Defaults to 0: answer in-progress at
+	// once (claim-first), execute beside it (single-phase).
 	InFlightWait time.Duration
 
 	// TxOptions are the options of the transaction the handler runs in

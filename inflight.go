@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -47,6 +48,9 @@ func (a *attempt) nextLook(ctx context.Context, poll *time.Duration) bool {
 type inflight struct {
 	mu      sync.Mutex
 	waiters map[string]chan struct{}
+	// twins counts single-phase attempts waiting for a twin's execution
+	// on this instance (awaitTwin): a hook for the specs.
+	twins atomic.Int64
 }
 
 func inflightKey(scope, key string) string { return strconv.Itoa(len(scope)) + ":" + scope + key }
@@ -66,6 +70,20 @@ func (f *inflight) begin(scope, key string) func() {
 		f.mu.Unlock()
 		close(ch)
 	}
+}
+
+// enter registers an execution of the key unless this instance executes
+// it already: then it returns that execution's channel, closed when it
+// ends, and no done func.
+func (f *inflight) enter(scope, key string) (running <-chan struct{}, done func()) {
+	k := inflightKey(scope, key)
+	f.mu.Lock()
+	if ch, ok := f.waiters[k]; ok {
+		f.mu.Unlock()
+		return ch, nil
+	}
+	f.mu.Unlock()
+	return nil, f.begin(scope, key)
 }
 
 // wait returns a channel closed when this instance's execution of the key

@@ -21,7 +21,22 @@ import (
 // could not answer for this request (sharedBlind): with Redis answering the
 // route's retries, the hint sees only new keys and stops reading, so while
 // Redis is down or slow its retries would otherwise execute and roll back.
+//
+// With Config.InFlightWait, a duplicate of a key this instance is executing
+// does not run beside it: it waits for that execution (awaitTwin) and
+// replays its answer, as the collision would have made it do after a whole
+// execution and rollback.
 func (a *attempt) serveSinglePhase() {
+	if a.m.cfg.InFlightWait > 0 {
+		twin, done := a.m.inflight.enter(a.scope, a.key)
+		if twin != nil {
+			if a.awaitTwin(twin) {
+				return
+			}
+			done = a.m.inflight.begin(a.scope, a.key)
+		}
+		defer done()
+	}
 	read := a.m.replayHint.request()
 	if (read || a.sharedBlind) && a.answerFromRecord() {
 		return
@@ -41,6 +56,29 @@ func (a *attempt) runSinglePhase() {
 		// key claim-first, after this execution's stages have ended.
 		a.serveClaimFirst()
 	}
+}
+
+// awaitTwin waits, up to InFlightWait, for this instance's execution of
+// the key to end, then answers from what it left: the replay cache, else
+// the record. It reports false, for the attempt to execute, when the twin
+// left nothing (it failed or rolled back, or the read failed), or when
+// the wait or the request ended first.
+func (a *attempt) awaitTwin(twin <-chan struct{}) bool {
+	a.m.inflight.twins.Add(1)
+	defer a.m.inflight.twins.Add(-1)
+	ctx, cancel := a.waitContext()
+	defer cancel()
+	select {
+	case <-twin:
+	case <-ctx.Done():
+		return false
+	}
+	if rec := a.m.cache.get(a.scope, a.key); rec != nil {
+		a.from = ReplayFromCache
+		a.respondToDuplicate(rec)
+		return true
+	}
+	return a.answerFromRecord()
 }
 
 // answerFromRecord reads the key's record before executing and answers

@@ -219,6 +219,14 @@ func New(db *sql.DB, opts Options) (*Service, error) {
 		if opts.PaymentEventsMode != nil {
 			cfg.Mode = *opts.PaymentEventsMode
 		}
+		if cfg.Mode == idempotency.ModeSinglePhase && cfg.InFlightWait == 0 {
+			// Two copies of one event at once (a provider's retry
+			// storm): the second waits for the first on this instance
+			// and replays it, rather than applying beside it, waiting on
+			// the order's lock and rolling back. No longer than the lock
+			// wait it would have had.
+			cfg.InFlightWait = 5 * time.Second
+		}
 		if _, ok := s.opts.Store.(idempotency.TxOptionsBeginner); ok && s.opts.Dialect == "mysql" && cfg.TxOptions == nil {
 			// At REPEATABLE READ the events of different orders lock
 			// the index gaps beside each other's rows and deadlock
