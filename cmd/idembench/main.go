@@ -41,7 +41,7 @@
 //	cd cmd/idembench && go run . -out ../../docs          # full: 1/16/64, ~10 s a point, B4 to 10M
 //	cd cmd/idembench && go run . -only postgres,postgres-grpc -merge -out ../../docs   # some families, merged
 //
-// It writes benchmarks.md, benchmarks.json and benchmarks.png to -out; with
+// It writes benchmarks.md and benchmarks.json to -out; with
 // -merge, the families it measured replace theirs in -out's benchmarks.json
 // and the rest is kept (merge.go). It exits 0 when the measurements
 // complete, whatever the timings; non-zero if a correctness check failed
@@ -120,7 +120,7 @@ func run(args []string) int {
 	}
 	fmt.Print(rep.markdown())
 	fmt.Fprintf(os.Stderr, "idembench: done in %.1f s; wrote %s\n", rep.Elapsed,
-		strings.Join([]string{filepath.Join(opts.out, "benchmarks.md"), filepath.Join(opts.out, "benchmarks.json"), filepath.Join(opts.out, "benchmarks.png")}, ", "))
+		strings.Join([]string{filepath.Join(opts.out, "benchmarks.md"), filepath.Join(opts.out, "benchmarks.json")}, ", "))
 	switch {
 	case len(r.failures) > 0:
 		fmt.Fprintf(os.Stderr, "idembench: %d correctness check(s) FAILED:\n  %s\n", len(r.failures), strings.Join(r.failures, "\n  "))

@@ -5,7 +5,7 @@ package main
 // benchmarks.json; the others are kept with the command, machine and
 // options of the run that measured them (Source); sections of benchmarks.md
 // written by hand are kept verbatim (Appendix) until a run measures their
-// family. benchmarks.md and benchmarks.png are rendered from the merged
+// family. benchmarks.md is rendered from the merged
 // report.
 
 import (

@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -215,10 +214,6 @@ func p99Ratio(name, family string, p *Point, headline bool) Ratio {
 func (rep *Report) write(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
-	}
-	if err := rep.chart(filepath.Join(dir, "benchmarks.png")); err != nil && !errors.Is(err, errNothingToChart) {
-		rep.Notes = append(rep.Notes, "chart: "+err.Error())
-		fmt.Fprintln(os.Stderr, "idembench: chart:", err)
 	}
 	js, err := json.MarshalIndent(rep, "", "  ")
 	if err != nil {
