@@ -51,14 +51,8 @@ func newNaiveWebhook(ctx context.Context, db *sql.DB, dialect string, v payment.
 }
 
 func (h *naiveWebhook) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(io.LimitReader(r.Body, payment.MaxBodyBytes+1))
-	if err != nil {
-		h.v.Refuse(w, http.StatusBadRequest, "unreadable body")
-		return
-	}
-	ev, err := h.v.Verify(r.Header, body, time.Now())
-	if err != nil {
-		h.v.Refuse(w, http.StatusBadRequest, "not verified")
+	ev, ok := verified(w, r, h.v)
+	if !ok {
 		return
 	}
 	ctx := r.Context()
@@ -116,6 +110,22 @@ func (h *naiveWebhook) q(query string) string {
 	return b.String()
 }
 
+// verified reads r's body and verifies it with v, as both twins do before
+// anything else; it answers r itself when it reports false.
+func verified(w http.ResponseWriter, r *http.Request, v payment.Verifier) (payment.Event, bool) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, payment.MaxBodyBytes+1))
+	if err != nil {
+		v.Refuse(w, http.StatusBadRequest, "unreadable body")
+		return payment.Event{}, false
+	}
+	ev, err := v.Verify(r.Header, body, time.Now())
+	if err != nil {
+		v.Refuse(w, http.StatusBadRequest, "not verified")
+		return payment.Event{}, false
+	}
+	return ev, true
+}
+
 // machineWebhook is the webhook family's other twin: the protected
 // webhook's work without its idempotency record. The same verifier, then
 // the order store's payment state machine (Orders.ApplyPayment, which
@@ -131,14 +141,8 @@ type machineWebhook struct {
 }
 
 func (h *machineWebhook) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(io.LimitReader(r.Body, payment.MaxBodyBytes+1))
-	if err != nil {
-		h.v.Refuse(w, http.StatusBadRequest, "unreadable body")
-		return
-	}
-	ev, err := h.v.Verify(r.Header, body, time.Now())
-	if err != nil {
-		h.v.Refuse(w, http.StatusBadRequest, "not verified")
+	ev, ok := verified(w, r, h.v)
+	if !ok {
 		return
 	}
 	if err := h.apply(r.Context(), ev); err != nil {
