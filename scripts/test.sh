@@ -36,14 +36,19 @@ took "gofmt"
 go test -race -vet=all -count=1 -timeout 20m "$all"
 took "go vet and the whole suite under -race"
 
+# Two passes of the suites under a setting that changes their path follow.
+# Each waits on its own server (MariaDB, PostgreSQL) much of the time, so
+# they run side by side, each with its output kept apart and shown after.
+
 # The MySQL-dependent suites again with MariaDB's innodb_snapshot_isolation
 # ON (the default since MariaDB 11.6.2; a session variable on 10.6.18+ and
 # 10.11.8+, which go-sql-driver sets from a DSN parameter). Data races do not
-# depend on the server's setting, so this pass runs without -race.
+# depend on the server's setting, so this pass runs without -race; being the
+# root package's one build without it, it also runs each of the root
+# package's benchmarks once (idembench measures them).
 # With IDEMPOTENCY_TEST_MYSQL_DSN set, the pass runs when
 # IDEMPOTENCY_TEST_SNAPSHOT_ISOLATION=1 says that server has the variable.
-if [[ "${IDEMPOTENCY_TEST_SNAPSHOT_ISOLATION:-}" == 1 ]] || { [[ -z "${IDEMPOTENCY_TEST_MYSQL_DSN:-}" ]] &&
-   mysql -uroot -h127.0.0.1 -P3306 -N -e 'SELECT @@innodb_snapshot_isolation' >/dev/null 2>&1; }; then
+snapshot_isolation() {
   sep='?'; [[ "$dsn" == *\?* ]] && sep='&'
   # The setting changes what the store's statements see inside the business
   # transaction: the root package's suites (the store, the middleware, its
@@ -53,9 +58,12 @@ if [[ "${IDEMPOTENCY_TEST_SNAPSHOT_ISOLATION:-}" == 1 ]] || { [[ -z "${IDEMPOTEN
   # expired records instead of 10^6: the pass above proves the scale.
   echo "test.sh: MySQL suites with innodb_snapshot_isolation=ON"
   IDEMPOTENCY_TEST_MYSQL_DSN="${dsn}${sep}innodb_snapshot_isolation=ON" \
-    go test -short -count=1 -timeout 20m github.com/orderguard/idempotency \
+    go test -short -count=1 -timeout 20m -bench=. -benchtime=1x -skip=SideBySide github.com/orderguard/idempotency \
       github.com/orderguard/idempotency/examples/orderservice/... github.com/orderguard/idempotency/migrations/...
-  took "the MySQL suites with innodb_snapshot_isolation=ON"
+}
+if [[ "${IDEMPOTENCY_TEST_SNAPSHOT_ISOLATION:-}" == 1 ]] || { [[ -z "${IDEMPOTENCY_TEST_MYSQL_DSN:-}" ]] &&
+   mysql -uroot -h127.0.0.1 -P3306 -N -e 'SELECT @@innodb_snapshot_isolation' >/dev/null 2>&1; }; then
+  snapshot=1
 elif [[ "${CI:-}" == "true" ]]; then
   echo "test.sh: the server has no innodb_snapshot_isolation; CI needs MariaDB 10.6.18+" >&2
   exit 1
@@ -68,8 +76,29 @@ fi
 # pgtest's pools come from postgres.OpenDB otherwise, whose connections
 # send single-phase's record with the COMMIT. Races were checked in the
 # pass above.
-echo "test.sh: PostgreSQL suites over pgx's stdlib driver"
-IDEMPOTENCY_TEST_POSTGRES_DRIVER=stdlib go test -count=1 -timeout 20m \
-  -run 'TestStore_Conformance|TestStorm|TestTakeover|TestFencing|TestOpenDB|TestSinglePhase|TestChaos|TestRoundTrips|TestIsolation|TestSerializable|TestReconciler' \
-  github.com/orderguard/idempotency/postgres
-took "the PostgreSQL suites over pgx's stdlib driver"
+stdlib() {
+  echo "test.sh: PostgreSQL suites over pgx's stdlib driver"
+  IDEMPOTENCY_TEST_POSTGRES_DRIVER=stdlib go test -count=1 -timeout 20m \
+    -run 'TestStore_Conformance|TestStorm|TestTakeover|TestFencing|TestOpenDB|TestSinglePhase|TestChaos|TestRoundTrips|TestIsolation|TestSerializable|TestReconciler' \
+    github.com/orderguard/idempotency/postgres
+}
+
+logs=$(mktemp -d)
+trap 'rm -rf "$logs"' EXIT
+pids=()
+if [[ -n "${snapshot:-}" ]]; then
+  snapshot_isolation >"$logs/snapshot" 2>&1 &
+  pids+=($!)
+fi
+stdlib >"$logs/stdlib" 2>&1 &
+pids+=($!)
+failed=0
+for pid in "${pids[@]}"; do
+  wait "$pid" || failed=1
+done
+cat "$logs"/*
+if [[ $failed != 0 ]]; then
+  echo "test.sh: a pass failed (its output is above)" >&2
+  exit 1
+fi
+took "the snapshot-isolation and pgx-stdlib passes, side by side"
