@@ -41,16 +41,22 @@ const loadBatch = 500_000
 // the last one. (Existing v7-shaped keys would be no fairer: random keys
 // would then mostly land after them all.)
 // tag (0..4095) keeps each load's keys distinct from earlier loads'.
+// Expired records (for the purge points) were created two days ago and
+// expired an hour ago, so Purge deletes them and nothing else.
 //
 // Measured on this machine for 500k rows: this took 3.5 s; LOAD DATA LOCAL
 // INFILE of the same rows from a generated 220 MB file took 4.0 s without
 // counting the file's generation, so the generator runs on the server.
-func bulkLoad(ctx context.Context, db *sql.DB, count int64, tag int) (int, error) {
+func bulkLoad(ctx context.Context, db *sql.DB, count int64, tag int, expired bool) (int, error) {
 	if count <= 0 {
 		return 0, nil
 	}
 	perScope := count / users
 	statements := 0
+	times := "NOW(6), NOW(6), NOW(6) + INTERVAL 1 DAY"
+	if expired {
+		times = "NOW(6) - INTERVAL 2 DAY, NOW(6) - INTERVAL 2 DAY, NOW(6) - INTERVAL 1 HOUR"
+	}
 	for u := 1; u <= users; u++ {
 		n := perScope
 		if u == users {
@@ -70,9 +76,9 @@ SELECT '%[1]d',
   CONCAT('{"Content-Type":["application/json"],"Location":["/orders/B%[5]s', j, '"]}'),
   CONCAT('{"order_no":"B%[5]s', j, '","status":"CREATED","user_id":%[1]d,"sku_id":', 20001 + j %% 100,
          ',"quantity":1,"coupon_id":null,"unit_price_cents":1000,"discount_cents":0,"total_cents":1000}\n'),
-  NOW(6), NOW(6), NOW(6) + INTERVAL 1 DAY
+  %[9]s
 FROM (SELECT %[2]d + i AS j FROM s WHERE i < %[3]d) AS t
-ORDER BY j`, u, from, to-from, n, fmt.Sprintf("b%03x", tag%4096), to, digitsExpr(to-from), digitsFrom(to-from))
+ORDER BY j`, u, from, to-from, n, fmt.Sprintf("b%03x", tag%4096), to, digitsExpr(to-from), digitsFrom(to-from), times)
 			if _, err := db.ExecContext(ctx, q); err != nil {
 				return statements, fmt.Errorf("bulk load (scope %d, rows %d..%d): %w", u, from, to, err)
 			}
@@ -157,7 +163,7 @@ func (r *runner) runB4(ctx context.Context, f *family) error {
 		if level > loaded {
 			fmt.Fprintf(os.Stderr, "  loading %d records ...\n", level-loaded)
 			start := time.Now()
-			n, err := bulkLoad(ctx, f.db, level-loaded, i+1)
+			n, err := bulkLoad(ctx, f.db, level-loaded, i+1, false)
 			if err != nil {
 				return err
 			}
@@ -196,6 +202,13 @@ func (r *runner) runB4(ctx context.Context, f *family) error {
 			}
 		}
 		r.measureAgainstFor(window, slices, f.client, f.probe, f.name, c, level, "B4:B0", base, "B4:B2", "claim-first, cache off", replay)
+		// At the largest level, new keys with and without a purge beside
+		// them (purge.go).
+		if i == len(r.opts.b4Levels)-1 && level > 0 {
+			if err := r.runB4Purge(ctx, f, level, i+2, first, modes, window, slices); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }
@@ -214,5 +227,6 @@ func (rep *Report) b4Markdown(b *strings.Builder) {
 		w("\nAfter each load the run waits for InnoDB to write back the pages the load dirtied (until less than 1%% of the buffer pool is dirty, at most %s), so that little of the load's write-back runs under the next points; a wait as long as the limit means the limit ended it.\n", settleMax)
 		w("\nLoader: INSERT … SELECT from a cross join of a ten-row digits CTE, ≤ 500k rows per statement in primary-key order (faster here than LOAD DATA LOCAL INFILE from a generated file: 3.5 s vs 4.0 s for 500k rows, before counting the file's generation).\n\n")
 		rep.table(b, "mariadb", pts, true)
+		rep.purgeMarkdown(b)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"database/sql"
+	"database/sql/driver"
 	"encoding/hex"
 	"fmt"
 	"maps"
@@ -32,6 +33,9 @@ type family struct {
 	// openDB opens another pool to the family's database, as another
 	// instance of the service would (MariaDB only; nil elsewhere).
 	openDB func() (*sql.DB, error)
+	// plainMySQL opens MariaDB pools on the driver's own connector, as
+	// sql.Open does, instead of idempotency.OpenMySQL's (-mysql-batch=false).
+	plainMySQL bool
 
 	cleanup []func()
 }
@@ -40,7 +44,7 @@ type family struct {
 // server of dsn and opens it with examples/server's pool settings on
 // idempotency.OpenMySQL's connector (mariaPool). The database is dropped by
 // close.
-func openMariaDB(ctx context.Context, dsn, label string) (*family, error) {
+func openMariaDB(ctx context.Context, dsn, label string, plain bool) (*family, error) {
 	base, err := mysql.ParseDSN(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("-mysql: %w", err)
@@ -55,7 +59,7 @@ func openMariaDB(ctx context.Context, dsn, label string) (*family, error) {
 		admin.Close()
 		return nil, fmt.Errorf("MariaDB at %s: %w", base.Addr, err)
 	}
-	f := &family{name: "mariadb", dialect: "mysql"}
+	f := &family{name: "mariadb", dialect: "mysql", plainMySQL: plain}
 	f.cleanup = append(f.cleanup, func() { admin.Close() })
 	name := databaseName(label)
 	if err := f.createDatabase(ctx, admin, name, "CREATE DATABASE "+name+" CHARACTER SET utf8mb4", "DROP DATABASE IF EXISTS "+name); err != nil {
@@ -95,7 +99,13 @@ func (f *family) mariaPool(base *mysql.Config, name string, counts *sqlCounts) (
 		cfg.Params["innodb_lock_wait_timeout"] = "5"
 	}
 	cfg.DialFunc = dialCounted
-	connector, err := idempotency.NewMySQLConnector(cfg)
+	var connector driver.Connector
+	var err error
+	if f.plainMySQL {
+		connector, err = mysql.NewConnector(cfg) // what sql.Open gives: no batch
+	} else {
+		connector, err = idempotency.NewMySQLConnector(cfg)
+	}
 	if err != nil {
 		return nil, err
 	}

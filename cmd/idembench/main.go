@@ -158,7 +158,7 @@ func (r *runner) steps(ctx context.Context, rep *Report) []step {
 		}
 	}
 	maria := func(label string) func() (*family, error) {
-		return func() (*family, error) { return openMariaDB(ctx, o.mysql, label) }
+		return func() (*family, error) { return openMariaDB(ctx, o.mysql, label, !o.mysqlBatch) }
 	}
 	pg := func(label string) func() (*family, error) {
 		return func() (*family, error) { return openPostgres(ctx, o.postgres, label) }

@@ -146,7 +146,7 @@ func (rep *Report) mergeInto(dir string) error {
 	rep.B3 = append(slices.DeleteFunc(old.B3, func(r *B3Result) bool { return replaced[partOf(r.Family, "B3")] }), rep.B3...)
 	slices.SortStableFunc(rep.B3, func(a, b *B3Result) int { return partRank(a.Family) - partRank(b.Family) })
 	if !replaced["b4"] {
-		rep.B4Loads = old.B4Loads
+		rep.B4Loads, rep.B4Purges = old.B4Loads, old.B4Purges
 	}
 	if !replaced["go benchmarks"] {
 		rep.GoBench, rep.GoBenchCmd = old.GoBench, old.GoBenchCmd

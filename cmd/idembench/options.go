@@ -40,6 +40,7 @@ type options struct {
 	settleMax     time.Duration
 	maxErrorRate  float64
 	profileDir    string
+	mysqlBatch    bool
 	mariadb       bool
 	postgres      string
 	merge         bool
@@ -87,6 +88,7 @@ func parseOptions(args []string) (options, error) {
 	fs.DurationVar(&o.settleMax, "settle", 0, "B4: longest wait after a load for InnoDB's write-back (default 3m, -quick 3s)")
 	fs.IntVar(&o.slices, "slices", 0, "B1 and B2 points alternate with their B0 baseline in this many slices of the window each (default 5, -quick 3; 1 with -cpuprofile)")
 	fs.IntVar(&o.poolSize, "pool", 0, "completed keys replayed round-robin in B2 (default 1000, -quick 256)")
+	fs.BoolVar(&o.mysqlBatch, "mysql-batch", true, "open MariaDB pools on idempotency.OpenMySQL's connector, which sends single-phase's record with the COMMIT (false: the driver's own, as sql.Open; for a before/after)")
 	fs.StringVar(&o.profileDir, "cpuprofile", "", "directory for a Go CPU profile of each load point (this process: load generator, server, middleware, driver)")
 	fs.BoolVar(&o.mariadb, "mariadb", true, "include B0–B3 on MariaDB (-mysql)")
 	fs.StringVar(&o.postgres, "postgres", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "PostgreSQL server URL (a pgx connection string) for B0–B3 on PostgreSQL, also with -quick; a fresh database is created per run and dropped at the end; skipped with a note if unreachable, off when empty")
@@ -191,7 +193,7 @@ func (o options) summary() map[string]any {
 		modes[i] = modeName(m)
 	}
 	return map[string]any{
-		"quick": o.quick, "duration": o.duration.String(), "warmup": o.warmup.String(), "slices": o.slices, "settle_max": o.settleMax.String(), "first_slice_warmup": "all", "round_trips": "network",
+		"quick": o.quick, "mysql_batch": o.mysqlBatch, "duration": o.duration.String(), "warmup": o.warmup.String(), "slices": o.slices, "settle_max": o.settleMax.String(), "first_slice_warmup": "all", "round_trips": "network",
 		"concurrency": o.concurrency, "modes": modes, "b4_levels": o.b4Levels, "b4_concurrency": o.b4Conc,
 		"b3_requests": o.b3Conc, "b3_repetitions": o.b3Reps, "replay_pool": o.poolSize,
 		"sqlite": o.sqlite, "fiber": o.fiber, "fleet": o.fleet, "grpc": o.grpc, "floor": o.floor, "ceiling": o.ceiling, "b4": o.b4, "gobench": o.gobench, "benchtime": o.benchtime,

@@ -55,18 +55,23 @@ func mariaAndRedisProbe(maria func() map[string]float64) func() map[string]float
 }
 
 // cpuProbe returns the CPU seconds used so far by this process (cpu_self) and
-// by the named other processes (label → comm), read from /proc.
+// by the named other processes (label → comm), read from /proc: all the
+// processes of that name together, since a second server of the same
+// program (a Galera node, a throw-away server) may run beside the one
+// measured; an idle one adds nothing.
 func cpuProbe(others map[string]string) func() map[string]float64 {
-	pids := map[string]int{}
+	pids := map[string][]int{}
 	for label, comm := range others {
-		if pid := findProcess(comm); pid > 0 {
-			pids[label] = pid
+		if found := findProcesses(comm); len(found) > 0 {
+			pids[label] = found
 		}
 	}
 	return func() map[string]float64 {
 		out := map[string]float64{"cpu_self": procCPU("self"), "cpu_total": machineBusyCPU()}
-		for label, pid := range pids {
-			out[label] = procCPU(strconv.Itoa(pid))
+		for label, found := range pids {
+			for _, pid := range found {
+				out[label] += procCPU(strconv.Itoa(pid))
+			}
 		}
 		return out
 	}
@@ -111,12 +116,13 @@ func machineBusyCPU() float64 {
 	return busy / 100
 }
 
-// findProcess returns the pid of the first process whose comm is name.
-func findProcess(name string) int {
+// findProcesses returns the pids of the processes whose comm is name.
+func findProcesses(name string) []int {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
-		return 0
+		return nil
 	}
+	var pids []int
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
@@ -124,10 +130,10 @@ func findProcess(name string) int {
 		}
 		comm, err := os.ReadFile("/proc/" + e.Name() + "/comm")
 		if err == nil && strings.TrimSpace(string(comm)) == name {
-			return pid
+			pids = append(pids, pid)
 		}
 	}
-	return 0
+	return pids
 }
 
 // perRequest turns two probe readings around a window into the point's

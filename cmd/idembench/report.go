@@ -21,6 +21,7 @@ type Report struct {
 	B0         []*Point       `json:"b0_aggregated"` // per family and concurrency, all B0 runs merged
 	B3         []*B3Result    `json:"b3"`
 	B4Loads    []LoadTiming   `json:"b4_loads"`
+	B4Purges   []PurgeTiming  `json:"b4_purges,omitempty"`
 	Ratios     []Ratio        `json:"ratios"`
 	GoBench    []GoBench      `json:"go_benchmarks"`
 	GoBenchCmd string         `json:"go_benchmarks_command"`
@@ -71,6 +72,7 @@ func (rep *Report) fill(r *runner) {
 	rep.Points = r.points
 	rep.B3 = r.b3
 	rep.B4Loads = r.b4loads
+	rep.B4Purges = r.b4purges
 	rep.Notes = r.notes
 	rep.Failures = r.failures
 	rep.Fiber = fiberDifferences
@@ -142,6 +144,13 @@ func computeRatios(points []*Point, b0 []*Point) []Ratio {
 				what = "B2 replay"
 			}
 			out = append(out, thrRatio("ours/Fiber throughput, "+what, "fiber", p, p.Concurrency == headlineConc), p99Ratio("ours/Fiber P99, "+what, "fiber", p, false))
+		}
+	}
+	// B4: new keys during a purge against the same without one.
+	for _, p := range points {
+		if p.Bench == "B4:P1" && p.BaselineRPS > 0 {
+			name := fmt.Sprintf("B4 new keys (%s) during a purge at %s records, over the same without one", p.Variant, humanCount(p.Records))
+			out = append(out, thrRatio(name+": throughput", "mariadb", p, true), p99Ratio(name+": P99", "mariadb", p, true))
 		}
 	}
 	// B4: the largest level against the empty one.

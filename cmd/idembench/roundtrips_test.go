@@ -23,7 +23,7 @@ func TestRoundTrips_MariaDBFamily_SinglePhaseCostsB0ClaimFirstTwoMore(t *testing
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := openMariaDB(ctx, opts.mysql, "test_trips")
+	f, err := openMariaDB(ctx, opts.mysql, "test_trips", false)
 	if err != nil {
 		if os.Getenv("CI") == "true" {
 			t.Fatal(err)

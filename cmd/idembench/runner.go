@@ -23,6 +23,7 @@ type runner struct {
 	points   []*Point
 	b3       []*B3Result
 	b4loads  []LoadTiming
+	b4purges []PurgeTiming
 	notes    []string
 	failures []string // correctness failures: the run exits non-zero
 	cluster  *ClusterResult

@@ -18,7 +18,7 @@ func TestWebhookFamily_ProtectedAppliesEveryEventOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := openMariaDB(ctx, opts.mysql, "test_webhook")
+	f, err := openMariaDB(ctx, opts.mysql, "test_webhook", false)
 	if err != nil {
 		if os.Getenv("CI") == "true" {
 			t.Fatal(err)
