@@ -36,10 +36,6 @@ took "gofmt"
 go test -race -vet=all -count=1 -timeout 20m "$all"
 took "go vet and the whole suite under -race"
 
-# Two passes of the suites under a setting that changes their path follow.
-# Each waits on its own server (MariaDB, PostgreSQL) much of the time, so
-# they run side by side, each with its output kept apart and shown after.
-
 # The MySQL-dependent suites again with MariaDB's innodb_snapshot_isolation
 # ON (the default since MariaDB 11.6.2; a session variable on 10.6.18+ and
 # 10.11.8+, which go-sql-driver sets from a DSN parameter). Data races do not
@@ -83,22 +79,9 @@ stdlib() {
     github.com/orderguard/idempotency/postgres
 }
 
-logs=$(mktemp -d)
-trap 'rm -rf "$logs"' EXIT
-pids=()
 if [[ -n "${snapshot:-}" ]]; then
-  snapshot_isolation >"$logs/snapshot" 2>&1 &
-  pids+=($!)
+  snapshot_isolation
+  took "the MySQL suites with innodb_snapshot_isolation=ON"
 fi
-stdlib >"$logs/stdlib" 2>&1 &
-pids+=($!)
-failed=0
-for pid in "${pids[@]}"; do
-  wait "$pid" || failed=1
-done
-cat "$logs"/*
-if [[ $failed != 0 ]]; then
-  echo "test.sh: a pass failed (its output is above)" >&2
-  exit 1
-fi
-took "the snapshot-isolation and pgx-stdlib passes, side by side"
+stdlib
+took "the PostgreSQL suites over pgx's stdlib driver"
