@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"os"
 	"testing"
 )
 
@@ -18,14 +17,7 @@ func TestB4Purge_DeletesTheExpiredLoadAndNothingLive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := openMariaDB(ctx, opts.mysql, "test_purge", false)
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal(err)
-		}
-		t.Skip(err)
-	}
-	t.Cleanup(f.close)
+	f := testMariaDB(t, opts, "test_purge")
 	const live, expired = 3000, 2500 // 2500: two full batches and a short one
 	if _, err := bulkLoad(ctx, f.db, live, 1, false); err != nil {
 		t.Fatal(err)

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"context"
-	"os"
 	"testing"
 
 	"github.com/orderguard/idempotency"
@@ -18,19 +16,11 @@ import (
 // except in CI.
 func TestRoundTrips_MariaDBFamily_SinglePhaseCostsB0ClaimFirstTwoMore(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	opts, err := parseOptions(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := openMariaDB(ctx, opts.mysql, "test_trips", false)
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal(err)
-		}
-		t.Skip(err)
-	}
-	t.Cleanup(f.close)
+	f := testMariaDB(t, opts, "test_trips")
 	// perRequest sends n requests through t after warm (single-phase reads
 	// the record first until its first decision, 256 requests in) and
 	// returns the round trips per measured request.

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"os"
 	"testing"
 )
 
@@ -18,14 +17,7 @@ func TestWebhookFamily_ProtectedAppliesEveryEventOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := openMariaDB(ctx, opts.mysql, "test_webhook", false)
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal(err)
-		}
-		t.Skip(err)
-	}
-	t.Cleanup(f.close)
+	f := testMariaDB(t, opts, "test_webhook")
 	r := &runner{opts: opts}
 	if err := r.runWebhook(ctx, f); err != nil {
 		t.Fatal(err)
