@@ -121,13 +121,20 @@ func (c *Consumer) Run(ctx context.Context) error {
 // the drained iterator still yields instead, and naks them when it is
 // done: the server delivers a message naked while this client's pull
 // request still stands straight back to it, one more delivery counted.
+// Nothing is naked before forgetPullRequests: read's own naks come after
+// it, and Run's hand-back of what waits in in only once in is closed,
+// which read does last, so that Run, which waits for the hand-back,
+// returns only once read's naks are sent too.
 func (c *Consumer) read(ctx context.Context, it jetstream.MessagesContext, in chan<- queue.Delivery, ended chan<- error) {
 	var notBegun []jetstream.Msg
 	defer func() {
-		close(in)
+		if ctx.Err() != nil {
+			c.forgetPullRequests()
+		}
 		for _, msg := range notBegun {
 			_ = msg.Nak()
 		}
+		close(in)
 	}()
 	for {
 		msg, err := it.Next()
@@ -148,6 +155,30 @@ func (c *Consumer) read(ctx context.Context, it jetstream.MessagesContext, in ch
 		case <-ctx.Done():
 			notBegun = append(notBegun, msg)
 		}
+	}
+}
+
+// forgetPullRequests has the server drop the pull requests the drained
+// iterator left standing, before the messages not begun are naked. The
+// server keeps a pull request until it is filled or expires, or until it
+// finds nobody subscribed to its reply subject, which it looks for only
+// when it is about to deliver to it. A server before 2.10.16 (nats-server
+// #5305, #5338) that takes a naked message off its redelivery queue and
+// finds only such a pull request drops the request and gives up on the
+// message until AckWait (before 2.10.14 it also delivers another message
+// a second time, as if it were new): the first message naked on shutdown,
+// with no other consumer's pull request waiting, would come back only
+// after AckWait. The consumer's info drops every pull request whose reply
+// subject has lost its subscriber; Drain has already unsubscribed ours
+// (and flushed, so the server knows), and the server answers the info
+// only once it has dropped them, so the naks sent after the answer find
+// the pull requests still waiting all live, or none: a naked message then
+// waits for the next pull request, of this consumer or another.
+func (c *Consumer) forgetPullRequests() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := c.cons.Info(ctx); err != nil {
+		c.cfg.Logger.Warn("idemnats: on shutdown, the consumer's info, which drops the pull requests left standing, failed; a server before 2.10.16 may hold the first message naked until AckWait", "err", err)
 	}
 }
 

@@ -67,8 +67,13 @@ func (p *Processor) Run(ctx context.Context, in <-chan Delivery) {
 }
 
 // take waits for a delivery, then takes those that are waiting behind it,
-// up to Config.BatchSize: a batch never waits to fill.
+// up to Config.BatchSize: a batch never waits to fill. Once ctx has ended
+// it takes nothing, even with deliveries waiting (select would pick among
+// ready cases at random): those are the front-end's to hand back.
 func (p *Processor) take(ctx context.Context, in <-chan Delivery) []Delivery {
+	if ctx.Err() != nil {
+		return nil
+	}
 	var batch []Delivery
 	select {
 	case <-ctx.Done():

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -324,4 +325,25 @@ func TestTheSameKeyWithAnotherPayload_WithKeyReusedFunc_IsSettledByItsAnswer(t *
 	require.Equal(t, 1, b.runCount("k1"), "the changed payload never ran")
 	require.Equal(t, 1, b.effects(t, "k1"))
 	require.Equal(t, 1, b.runCount("k2"))
+}
+
+// Once its context has ended, Run begins nothing more, even with
+// deliveries waiting in its channel: those are the front-end's to hand
+// back, at once, rather than begun by a worker that happened to be free.
+func TestAfterShutdown_RunTakesNothingMore_TheDeliveriesWaitingAreLeft(t *testing.T) {
+	t.Parallel()
+	b := setup(t, idempotency.Config{}, func(c *queue.Config) { c.Workers = 4 })
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for round := range 50 { // a select among ready cases picks at random
+		in := make(chan queue.Delivery, 8)
+		for i := range cap(in) {
+			in <- msg(fmt.Sprintf("k%d-%d", round, i), order, 1)
+		}
+		b.p.Run(ctx, in)
+		require.Len(t, in, cap(in), "round %d: every delivery left waiting", round)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	require.Empty(t, b.runs, "nothing ran")
 }
