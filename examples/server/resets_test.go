@@ -16,8 +16,11 @@ package main
 // independent actions does; so a refusal costs the agent a round trip, not
 // its Retry-After; a request left unanswered for the client's timeout is
 // sent again a second later, as the client package does. Once the resets
-// stop, every key is sent until it completes, and the orders table is
-// checked against every 201.
+// stop, every key is sent until it completes (settle: bounded by
+// resetsSettleFor, and ended sooner once no key has completed for
+// resetsSettleStall), and the orders table is checked against every 201.
+// A key that never completed is reported with its idempotency_record row,
+// its last answers, and whether it completes when sent again afterwards.
 //
 // The share of MariaDB's actions that PostgreSQL completes is printed, not
 // asserted: it is set by how fast the server starts a connection's
@@ -59,6 +62,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -88,11 +92,24 @@ const (
 	// database/sql for a connection while the pool refills after a cut;
 	// on a busy machine a PostgreSQL pool refills slowly (see above).
 	resetsClientTimeout = 10 * time.Second
-	// resetsSettleFor bounds settling every key once the resets stop: a
-	// claim cut mid-statement is held until its lease (crashTestLease)
-	// ends and the reconciler (every crashTestReconcile) or a retry
-	// settles it.
-	resetsSettleFor = crashTestLease + crashTestReconcile + 10*time.Second
+	// resetsSettleStall ends settling once no open key has completed for
+	// that long. A claim cut mid-statement is held until its lease
+	// (crashTestLease) ends and the reconciler (every crashTestReconcile)
+	// or a retry settles it; on a loaded machine the retry that would
+	// settle it, or the one before, can wait the client's whole timeout
+	// for an answer (the server waits for a connection while its pool,
+	// or PgBouncer's, is busy), and the answer comes at the next retry.
+	// Settle then allows lease + reconcile interval + one client timeout,
+	// and slack for scheduling, between two keys completing: a fixed
+	// lease + reconcile + 10s from the end of the resets was used up by
+	// one timed-out request (a flake of the PgBouncer run on a loaded CI
+	// machine).
+	resetsSettleStall = crashTestLease + crashTestReconcile + resetsClientTimeout + 5*time.Second
+	// resetsSettleFor bounds settling however it progresses: a key that
+	// can never be answered (a record whose lease is never reclaimed, a
+	// transaction that holds its row) fails the spec within it, and
+	// within resetsSettleStall once the other keys have completed.
+	resetsSettleFor = 3 * resetsSettleStall
 )
 
 // resetsKey is one action: a key an agent sends until it completes. Fields
@@ -101,6 +118,44 @@ type resetsKey struct {
 	create   crashCreate
 	due      time.Time // when the agent may send it again (Retry-After)
 	orderNos map[string]bool
+	answers  []resetsAnswer // the last resetsKeepAnswers, for the failure output
+}
+
+// resetsAnswer is one answer an agent or settle got for a key: what a
+// failure prints for a key that never completed.
+type resetsAnswer struct {
+	sent   time.Time
+	took   time.Duration
+	during bool   // an agent's, during the resets; else settle's
+	what   string // status, problem type and Retry-After, or the client's error
+}
+
+const resetsKeepAnswers = 8
+
+func (a resetsAnswer) String(settleStart time.Time) string {
+	phase := "settle"
+	if a.during {
+		phase = "resets"
+	}
+	return fmt.Sprintf("%s sent at settle%+.2fs took %.2fs: %s", phase, a.sent.Sub(settleStart).Seconds(), a.took.Seconds(), a.what)
+}
+
+// describe is what an answer was, in one line.
+func (a crashAnswer) describe() string {
+	if a.err != nil {
+		if a.timedOut() {
+			return "client timeout: " + a.err.Error()
+		}
+		return "client error: " + a.err.Error()
+	}
+	d := a.String()
+	if ra := a.header.Get("Retry-After"); ra != "" {
+		d += " Retry-After=" + ra
+	}
+	if a.status != http.StatusCreated {
+		d += fmt.Sprintf(" %.160q", a.body)
+	}
+	return d
 }
 
 // resetsEngine is one example server on one database, behind its own proxy,
@@ -108,6 +163,7 @@ type resetsKey struct {
 type resetsEngine struct {
 	name string
 	db   *sql.DB // direct, for the orders check
+	pg   bool    // db is PostgreSQL ($n placeholders), not MariaDB
 	// connect is the pool whose connection cost is measured: db, or
 	// PgBouncer for the engine behind it.
 	connect *sql.DB
@@ -123,6 +179,11 @@ type resetsEngine struct {
 	timeouts  int            // requests the client gave up on (resetsClientTimeout)
 	refusals  map[string]int // retryable answers, by status and problem type
 	odd       map[string]int // anything else, by what it was
+	// settling: when settle started and ended, how many keys it had to
+	// settle, when the last of them completed, and why it ended.
+	settleStart, settleEnd, lastSettled time.Time
+	settleOpen, settled                 int
+	settleEnded                         string
 }
 
 func newResetsEngine(t *testing.T, name string, db *sql.DB, proxy *faultproxy.Proxy, dbURL string, serverArgs ...string) *resetsEngine {
@@ -165,7 +226,9 @@ func resetsPostgres(t *testing.T) *resetsEngine {
 	proxy, err := faultproxy.Start(server, faultproxy.WithProtocol(faultproxy.PostgreSQL))
 	require.NoError(t, err)
 	u.Host = proxy.Addr()
-	return newResetsEngine(t, name, db, proxy, u.String())
+	e := newResetsEngine(t, name, db, proxy, u.String())
+	e.pg = true
+	return e
 }
 
 // slowConnects is a gate in front of server: it starts one connection at a
@@ -231,6 +294,7 @@ func resetsPgBouncer(t *testing.T) *resetsEngine {
 	u.Host = proxy.Addr()
 	e := newResetsEngine(t, "PostgreSQL via PgBouncer", db, proxy, u.String(), "-migrate=false")
 	e.connect = bouncer
+	e.pg = true
 	e.bouncerCrashes = b.Crashes
 	return e
 }
@@ -248,11 +312,28 @@ func (a crashAnswer) retryAfter() (time.Duration, bool) {
 	return time.Duration(n) * time.Second, err == nil && n >= 0
 }
 
-// record files an answer to k; it reports whether k completed.
-func (e *resetsEngine) record(k *resetsKey, a crashAnswer, during bool) bool {
+// try sends k once and files the answer (record); it reports whether k
+// completed.
+func (e *resetsEngine) try(k *resetsKey, client *http.Client, url string, during bool) bool {
+	sent := time.Now()
+	a := k.create.send(client, url)
+	return e.record(k, a, during, sent)
+}
+
+// record files an answer to k, sent at sent; it reports whether k
+// completed.
+func (e *resetsEngine) record(k *resetsKey, a crashAnswer, during bool, sent time.Time) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	k.answers = append(k.answers, resetsAnswer{sent: sent, took: time.Since(sent), during: during, what: a.describe()})
+	if n := len(k.answers); n > resetsKeepAnswers {
+		k.answers = slices.Delete(k.answers, 0, n-resetsKeepAnswers)
+	}
 	if a.err == nil && a.status == http.StatusCreated {
+		if !during && len(k.orderNos) == 0 {
+			e.settled++
+			e.lastSettled = time.Now()
+		}
 		var no string
 		if o, err := orderNoOf(a); err == nil {
 			no = o
@@ -306,16 +387,17 @@ func (e *resetsEngine) agent(n int, stop time.Time) {
 			e.keys = append(e.keys, k)
 			e.mu.Unlock()
 		}
-		if !e.record(k, k.create.send(client, url), true) {
+		if !e.try(k, client, url, true) {
 			waiting = append(waiting, k)
 			slices.SortFunc(waiting, func(a, b *resetsKey) int { return a.due.Compare(b.due) })
 		}
 	}
 }
 
-// settle sends every key that has not completed until it does or deadline
-// passes.
-func (e *resetsEngine) settle(deadline time.Time) {
+// settle sends every key that has not completed until it does, or until
+// no key has completed for resetsSettleStall, or resetsSettleFor has passed
+// (settling).
+func (e *resetsEngine) settle() {
 	client := &http.Client{Timeout: resetsClientTimeout}
 	url := e.srv.url("/orders")
 	work := make(chan *resetsKey)
@@ -323,7 +405,7 @@ func (e *resetsEngine) settle(deadline time.Time) {
 	for range 8 {
 		wg.Go(func() {
 			for k := range work {
-				for !e.record(k, k.create.send(client, url), false) && time.Now().Before(deadline) {
+				for !e.try(k, client, url, false) && e.settling() {
 					time.Sleep(100 * time.Millisecond)
 				}
 			}
@@ -336,18 +418,51 @@ func (e *resetsEngine) settle(deadline time.Time) {
 			open = append(open, k)
 		}
 	}
+	e.settleStart, e.settleOpen = time.Now(), len(open)
 	e.mu.Unlock()
 	for _, k := range open {
 		work <- k
 	}
 	close(work)
 	wg.Wait()
+	e.mu.Lock()
+	e.settleEnd = time.Now()
+	if e.settleEnded == "" {
+		e.settleEnded = "every key completed"
+	}
+	e.mu.Unlock()
+}
+
+// settling reports whether settle goes on: some key has completed within
+// resetsSettleStall (counting from settle's start) and resetsSettleFor has
+// not passed. Once it has said no, it says why in settleEnded.
+func (e *resetsEngine) settling() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.settleEnded != "" {
+		return false
+	}
+	now := time.Now()
+	progress := e.settleStart
+	if e.lastSettled.After(progress) {
+		progress = e.lastSettled
+	}
+	switch {
+	case now.Sub(e.settleStart) >= resetsSettleFor:
+		e.settleEnded = fmt.Sprintf("settling's bound, %v, passed", resetsSettleFor)
+	case now.Sub(progress) >= resetsSettleStall:
+		e.settleEnded = fmt.Sprintf("no key completed for %v", resetsSettleStall)
+	default:
+		return true
+	}
+	return false
 }
 
 // checkNothingLost asserts from the database that every key has exactly one
 // order and that every 201 named it.
 func (e *resetsEngine) checkNothingLost(t *testing.T) {
 	t.Helper()
+	why := e.explainUnanswered(t)
 	orders, total := crashOrdersByKey(t, e.db)
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -357,7 +472,8 @@ func (e *resetsEngine) checkNothingLost(t *testing.T) {
 		row := orders[sk]
 		switch {
 		case len(k.orderNos) == 0:
-			wrong = append(wrong, sk+": never answered 201 (settled within "+resetsSettleFor.String()+")")
+			wrong = append(wrong, fmt.Sprintf("%s: never answered 201 (settle ended after %v: %s)%s",
+				sk, e.settleEnd.Sub(e.settleStart).Round(time.Millisecond), e.settleEnded, why[k]))
 		case row.count != 1:
 			wrong = append(wrong, fmt.Sprintf("%s: answered 201 but has %d orders", sk, row.count))
 		case len(k.orderNos) > 1 || !k.orderNos[row.orderNo]:
@@ -366,6 +482,165 @@ func (e *resetsEngine) checkNothingLost(t *testing.T) {
 	}
 	require.Empty(t, wrong, "%s: every key must have one order, the one its 201s named", e.name)
 	require.Equal(t, len(e.keys), total, "%s: purchase_order rows must equal the keys sent", e.name)
+}
+
+// resetsProbeFor bounds the probe of a key that settle left unanswered:
+// only a failing run sends it, to tell a key that completes later (the
+// deadline was too tight) from one that cannot (a liveness bug).
+const resetsProbeFor = 3 * resetsClientTimeout
+
+// explainUnanswered says, for every key that never answered 201, what the
+// database holds for it (its idempotency_record row, read right after
+// settle, and its orders), the last answers sent for it, and whether it
+// completes when sent again for up to resetsProbeFor; and what the database
+// shows engine-wide (records by status, transactions left open). The
+// probe's answers are not filed: the key still counts as unanswered.
+func (e *resetsEngine) explainUnanswered(t *testing.T) map[*resetsKey]string {
+	t.Helper()
+	e.mu.Lock()
+	var open []*resetsKey
+	for _, k := range e.keys {
+		if len(k.orderNos) == 0 {
+			open = append(open, k)
+		}
+	}
+	e.mu.Unlock()
+	if len(open) == 0 {
+		return nil
+	}
+	t.Logf("%s: %d keys unanswered when settle ended; the database now:\n  %s", e.name, len(open), strings.Join(e.databaseState(t), "\n  "))
+	why := map[*resetsKey]string{}
+	for _, k := range open {
+		e.mu.Lock()
+		var seen []string
+		for _, a := range k.answers {
+			seen = append(seen, a.String(e.settleStart))
+		}
+		e.mu.Unlock()
+		why[k] = fmt.Sprintf("\n    record after settle: %s\n    last %d answers:\n      %s",
+			e.recordRow(t, k), len(seen), strings.Join(seen, "\n      "))
+	}
+	// Probe: send each key again until it completes or resetsProbeFor.
+	client := &http.Client{Timeout: resetsClientTimeout}
+	url := e.srv.url("/orders")
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	start := time.Now()
+	for _, k := range open {
+		wg.Go(func() {
+			var last string
+			tries := 0
+			for time.Since(start) < resetsProbeFor {
+				sent := time.Now()
+				a := k.create.send(client, url)
+				tries++
+				last = resetsAnswer{sent: sent, took: time.Since(sent), what: a.describe()}.String(e.settleStart)
+				if a.err == nil && a.status == http.StatusCreated {
+					mu.Lock()
+					why[k] += fmt.Sprintf("\n    probe: answered 201 %.2fs after settle ended (try %d: %s); record now: %s\n",
+						time.Since(e.settleEnd).Seconds(), tries, last, e.recordRow(t, k))
+					mu.Unlock()
+					return
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			mu.Lock()
+			why[k] += fmt.Sprintf("\n    probe: STILL UNANSWERED %v after settle ended (%d tries, last: %s); record now: %s\n",
+				time.Since(e.settleEnd).Round(time.Millisecond), tries, last, e.recordRow(t, k))
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return why
+}
+
+var resetsCharCast = regexp.MustCompile(`AS CHAR\(\d+\)\)`)
+
+// rebind turns ? placeholders into PostgreSQL's $n for a PostgreSQL engine.
+// and CAST(… AS CHAR(n)) into a cast to text, unpadded.
+func (e *resetsEngine) rebind(q string) string {
+	if !e.pg {
+		return q
+	}
+	q = resetsCharCast.ReplaceAllString(q, "AS text)")
+	var b strings.Builder
+	n := 0
+	for _, r := range q {
+		if r == '?' {
+			n++
+			fmt.Fprintf(&b, "$%d", n)
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// recordRow is k's idempotency_record row as the database holds it, with
+// the database's clock beside it, and its orders.
+func (e *resetsEngine) recordRow(t *testing.T, k *resetsKey) string {
+	t.Helper()
+	scope := strconv.FormatInt(k.create.user, 10)
+	var status, lockedBy, lease, lockedUntil, created, updated, expires, respStatus, now sql.NullString
+	err := e.db.QueryRowContext(t.Context(), e.rebind(`SELECT status, locked_by, CAST(lease_version AS CHAR(20)), CAST(locked_until AS CHAR(40)),
+		CAST(created_at AS CHAR(40)), CAST(updated_at AS CHAR(40)), CAST(expires_at AS CHAR(40)),
+		CAST(response_status AS CHAR(10)), CAST(CURRENT_TIMESTAMP(6) AS CHAR(40))
+		FROM idempotency_record WHERE scope = ? AND idempotency_key = ?`), scope, k.create.key).
+		Scan(&status, &lockedBy, &lease, &lockedUntil, &created, &updated, &expires, &respStatus, &now)
+	var rec string
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		rec = "no idempotency_record row"
+	case err != nil:
+		rec = "reading idempotency_record: " + err.Error()
+	default:
+		rec = fmt.Sprintf("status=%s locked_by=%s lease_version=%s locked_until=%s created_at=%s updated_at=%s expires_at=%s response_status=%s (database clock %s)",
+			status.String, lockedBy.String, lease.String, lockedUntil.String, created.String, updated.String, expires.String, respStatus.String, now.String)
+	}
+	var orders int
+	if err := e.db.QueryRowContext(t.Context(), e.rebind(`SELECT COUNT(*) FROM purchase_order WHERE scope = ? AND idempotency_key = ?`), scope, k.create.key).Scan(&orders); err != nil {
+		return rec + "; orders: " + err.Error()
+	}
+	return fmt.Sprintf("%s; %d orders", rec, orders)
+}
+
+// databaseState is what the database shows engine-wide: records by status
+// (and PROCESSING ones whose lease has ended), and transactions left open.
+func (e *resetsEngine) databaseState(t *testing.T) []string {
+	t.Helper()
+	var out []string
+	out = append(out, fmt.Sprintf("idempotency_record by status: %v", crashRecordStatuses(t, e.db)))
+	var expired int
+	q := `SELECT COUNT(*) FROM idempotency_record WHERE status = 'PROCESSING' AND locked_until < CURRENT_TIMESTAMP(6)`
+	if err := e.db.QueryRowContext(t.Context(), q).Scan(&expired); err != nil {
+		out = append(out, "expired leases: "+err.Error())
+	} else {
+		out = append(out, fmt.Sprintf("PROCESSING records whose lease has ended: %d", expired))
+	}
+	q = `SELECT CONCAT(trx_mysql_thread_id, ' ', trx_state, ' since ', trx_started, ' ', COALESCE(LEFT(trx_query, 100), ''))
+		FROM information_schema.innodb_trx`
+	if e.pg {
+		q = `SELECT concat_ws(' ', pid, usename, state, 'xact for', clock_timestamp() - xact_start, 'state for', clock_timestamp() - state_change, left(query, 100))
+			FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() AND xact_start IS NOT NULL`
+	}
+	rows, err := e.db.QueryContext(t.Context(), q)
+	if err != nil {
+		return append(out, "open transactions: "+err.Error())
+	}
+	defer rows.Close()
+	n := 0
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			return append(out, "open transactions: "+err.Error())
+		}
+		out = append(out, "open transaction: "+s)
+		n++
+	}
+	if err := rows.Err(); err != nil {
+		out = append(out, "open transactions: "+err.Error())
+	}
+	return append(out, fmt.Sprintf("%d open transactions", n))
 }
 
 func (e *resetsEngine) summary() string {
@@ -382,8 +657,13 @@ func (e *resetsEngine) summary() string {
 	if e.bouncerCrashes != nil {
 		crashed = fmt.Sprintf("; PgBouncer crashed and was started again %d times", e.bouncerCrashes())
 	}
-	return fmt.Sprintf("%s: %d actions completed, %d refused (%s), %d unanswered within %v, %d keys; %d reset rounds cut %d connections%s",
-		e.name, e.completed, n, strings.Join(refused, ", "), e.timeouts, resetsClientTimeout, len(e.keys), st.Rounds, st.Links, crashed)
+	settled := fmt.Sprintf("; settle: %d of %d open keys completed", e.settled, e.settleOpen)
+	if e.settled > 0 {
+		settled += fmt.Sprintf(", the last %.2fs in", e.lastSettled.Sub(e.settleStart).Seconds())
+	}
+	settled += fmt.Sprintf(", ended after %.2fs: %s", e.settleEnd.Sub(e.settleStart).Seconds(), e.settleEnded)
+	return fmt.Sprintf("%s: %d actions completed, %d refused (%s), %d unanswered within %v, %d keys; %d reset rounds cut %d connections%s%s",
+		e.name, e.completed, n, strings.Join(refused, ", "), e.timeouts, resetsClientTimeout, len(e.keys), st.Rounds, st.Links, crashed, settled)
 }
 
 // connectCost is the median time db takes to open a new connection and
@@ -442,9 +722,8 @@ func resetsRun(t *testing.T, maria, pg *resetsEngine) {
 	for _, e := range engines {
 		e.proxy.StopResets()
 	}
-	deadline := time.Now().Add(resetsSettleFor)
 	for _, e := range engines {
-		wg.Go(func() { e.settle(deadline) })
+		wg.Go(e.settle)
 	}
 	wg.Wait()
 
