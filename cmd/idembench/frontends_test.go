@@ -1,0 +1,86 @@
+package main
+
+import (
+	"context"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/orderguard/idempotency"
+)
+
+// The gRPC family serves the order service over gRPC and measures the bare
+// call, a new key per call in each mode and a replay: every call answers
+// right (an order, a replay marked and identical to the first answer).
+// CI's quick run of the program leaves this family to this spec.
+func TestGRPCFamily_EveryCallAnswersRight(t *testing.T) {
+	t.Parallel()
+	opts, err := parseOptions([]string{"-quick", "-duration", "300ms", "-warmup", "100ms", "-pool", "64"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.concurrency = []int{4}
+	f := testMariaDB(t, opts, "test_grpc")
+	r := &runner{opts: opts}
+	if err := r.runGRPC(context.Background(), f); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.failures) > 0 {
+		t.Fatalf("failures: %q", r.failures)
+	}
+	var labels []string
+	for _, p := range r.points {
+		labels = append(labels, p.label())
+		if p.Requests == 0 || p.Errors > 0 {
+			t.Errorf("%s: %d requests, %d failed (first: %s)", p.label(), p.Requests, p.Errors, p.FirstError)
+		}
+	}
+	for _, want := range []string{"B1 " + modeName(idempotency.ModeClaimFirst), "B1 " + modeName(idempotency.ModeSinglePhase), "B2 " + modeName(opts.modes[0]) + ", cache on"} {
+		if !slices.ContainsFunc(labels, func(l string) bool { return strings.HasSuffix(l, want) }) {
+			t.Errorf("no point ending %q among %q", want, labels)
+		}
+	}
+}
+
+// The queue family consumes on both brokers, protected and not, one by one
+// and batched, and in a redelivery storm: protected, one order a message
+// whatever the deliveries; unprotected, one a delivery. CI's quick run of
+// the program leaves this family to this spec.
+func TestQueueFamily_OneOrderAMessageProtected(t *testing.T) {
+	t.Parallel()
+	opts, err := parseOptions([]string{"-quick", "-queue-messages", "60", "-queue-batch", "8"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, url := range []string{opts.natsURL, opts.amqpURL} {
+		if err := reachable(url); err != nil {
+			if os.Getenv("CI") == "true" {
+				t.Fatal(err)
+			}
+			t.Skip(err)
+		}
+	}
+	f := testMariaDB(t, opts, "test_queue")
+	r := &runner{opts: opts}
+	if err := r.runQueue(context.Background(), f); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.failures) > 0 {
+		t.Fatalf("failures: %q", r.failures)
+	}
+	seen := map[string]bool{}
+	for _, p := range r.points {
+		seen[p.label()] = true
+		if p.Errors > 0 { // run sets it when the orders made are not the orders wanted
+			t.Errorf("%s: %s", p.label(), p.FirstError)
+		}
+	}
+	for _, broker := range []string{"nats", "amqp"} {
+		for _, v := range []string{"Q0 " + broker, "Q1 " + broker + " single-phase batched", "Q2 " + broker + " storm claim-first", "Q2 " + broker + " storm unprotected"} {
+			if !seen[v] {
+				t.Errorf("no point %q among %v", v, seen)
+			}
+		}
+	}
+}
