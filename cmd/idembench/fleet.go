@@ -199,7 +199,15 @@ func (r *runner) runFleet(ctx context.Context, f *family) error {
 			}
 			share := fleetRetryShares[len(fleetRetryShares)-1]
 			variant := fmt.Sprintf("%s, %.0f%% retries at once, another instance%s", modeName(mode), 100*share, fl.name)
-			r.measureFleet(f.client, fl.probe, c, bare, variant, immediateTarget(fl.urls, share, c))
+			r.measureFleet(f.client, fl.probe, c, bare, variant, immediateTarget(fl.urls, share, c, false))
+		}
+		// The same retries on the instance that answered: replays from
+		// its own cache, no call out of the process, the floor of any
+		// replay's P99 in this mix (issue 37).
+		if !r.opts.quick && ctx.Err() == nil {
+			share := fleetRetryShares[len(fleetRetryShares)-1]
+			variant := fmt.Sprintf("%s, %.0f%% retries at once, same instance", modeName(mode), 100*share)
+			r.measureFleet(f.client, plain.probe, c, bare, variant, immediateTarget(plain.urls, share, c, true))
 		}
 		if rd == nil || ctx.Err() != nil {
 			continue
@@ -248,7 +256,7 @@ func (rep *Report) fleetMarkdown(b *strings.Builder) {
 	}
 	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
 	w("## Fleet: three instances on one database\n\n")
-	w("Three instances of examples/orderservice, each with its own *sql.DB (pool of 64), store and replay cache, over one MariaDB database, served in-process on loopback; every request goes to an instance picked at random. Workload: new keys, plus retries of keys answered moments before (picked from the latest %d), which land on any instance. Each mixed point alternates with the bare create on the same three instances (Idempotency=false) in %v slices. Concurrency %d. Rows marked *at once, another instance* retry each key as the worker's very next request after its answer, on one of the two instances that did not answer it (fleet_immediate.go). Rows marked Redis give each instance an `idemredis.Cache` of its own (its own client) on one Redis as Config.SharedCache, wired as `examples/server -redis` wires it (50 ms call timeout, 4 connections opened before the first request), under a key prefix new to the run, so entries of earlier runs never answer.\n\n", fleetRecent, rep.optionsOf("fleet")["slices"], headlineConc)
+	w("Three instances of examples/orderservice, each with its own *sql.DB (pool of 64), store and replay cache, over one MariaDB database, served in-process on loopback; every request goes to an instance picked at random. Workload: new keys, plus retries of keys answered moments before (picked from the latest %d), which land on any instance. Each mixed point alternates with the bare create on the same three instances (Idempotency=false) in %v slices. Concurrency %d. Rows marked *at once, another instance* retry each key as the worker's very next request after its answer, on one of the two instances that did not answer it (fleet_immediate.go); *at once, same instance* on the one that did, whose own cache answers it with no call out of the process: in the same mix, the floor of any replay's P99. Rows marked Redis give each instance an `idemredis.Cache` of its own (its own client) on one Redis as Config.SharedCache, wired as `examples/server -redis` wires it (50 ms call timeout, 4 connections opened before the first request), under a key prefix new to the run, so entries of earlier runs never answer.\n\n", fleetRecent, rep.optionsOf("fleet")["slices"], headlineConc)
 	w("| mode, retries | all req/s vs bare | new keys thr vs bare | new keys P99 vs bare | replays thr vs bare | replays P99 vs bare | replays from cache / Redis / store / re-execution | handler runs per replay | round trips/req |\n")
 	w("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, p := range pts {

@@ -59,32 +59,37 @@ func TestFleetMixRetriesAnsweredKeysOnAnyInstance(t *testing.T) {
 }
 
 // An immediate retry is the worker's very next request after the answer it
-// retries, on another instance than the one that answered, wanting that
-// answer; retries are about the share asked of all requests.
+// retries, on another instance than the one that answered (or, asked for
+// the same, on that one), wanting that answer; retries are about the share
+// asked of all requests.
 func TestFleetImmediateRetriesRightAfterTheAnswerOnAnotherInstance(t *testing.T) {
-	urls := []string{"http://i1", "http://i2", "http://i3"}
-	m := newFleetImmediate(urls, 0.2, 1)
-	w := newWorker(0)
-	var requests, retries int
-	var last request
-	for range 4000 {
-		rq := m.gen(w)
-		requests++
-		if rq.kind == kindReplay {
-			retries++
-			if last.kind != kindNew || rq.key != last.key || string(rq.want) != "answer of "+last.key {
-				t.Fatalf("a retry of %q (wanting %q) after a %q request for %q: want the previous new key", rq.key, rq.want, last.kind, last.key)
+	for _, same := range []bool{false, true} {
+		t.Run(map[bool]string{false: "another instance", true: "same instance"}[same], func(t *testing.T) {
+			urls := []string{"http://i1", "http://i2", "http://i3"}
+			m := newFleetImmediate(urls, 0.2, 1, same)
+			w := newWorker(0)
+			var requests, retries int
+			var last request
+			for range 4000 {
+				rq := m.gen(w)
+				requests++
+				if rq.kind == kindReplay {
+					retries++
+					if last.kind != kindNew || rq.key != last.key || string(rq.want) != "answer of "+last.key {
+						t.Fatalf("a retry of %q (wanting %q) after a %q request for %q: want the previous new key", rq.key, rq.want, last.kind, last.key)
+					}
+					if (rq.url == last.url) != same {
+						t.Fatalf("a retry on %s after an answer from %s, same instance asked: %v", rq.url, last.url, same)
+					}
+				}
+				w.buf.Reset()
+				w.buf.WriteString("answer of " + rq.key)
+				m.done(w, rq, 201, nil)
+				last = rq
 			}
-			if rq.url == last.url {
-				t.Fatalf("a retry on %s, the instance that answered it", rq.url)
+			if share := float64(retries) / float64(requests); share < 0.17 || share > 0.23 {
+				t.Fatalf("retries are %.3f of requests, want about 0.2", share)
 			}
-		}
-		w.buf.Reset()
-		w.buf.WriteString("answer of " + rq.key)
-		m.done(w, rq, 201, nil)
-		last = rq
-	}
-	if share := float64(retries) / float64(requests); share < 0.17 || share > 0.23 {
-		t.Fatalf("retries are %.3f of requests, want about 0.2", share)
+		})
 	}
 }

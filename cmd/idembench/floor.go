@@ -20,6 +20,11 @@ package main
 //	                      multi-row INSERT and one commit (the issue's idea):
 //	                      while one batch is in flight, the claims that
 //	                      arrive queue for the next
+//	claim-first, minimal  claim-first's two touches on the smallest record a
+//	                      fenced claim can have (floorMinimalTable: the key,
+//	                      a status and the owner, no snapshot, no secondary
+//	                      index): the floor of the mode's shape, a durable
+//	                      claim and a fenced finish, whatever the layout
 //
 // The database-CPU difference between "claim-first" and "claim only" is the
 // finish, the second touch of the record inside the business transaction;
@@ -38,6 +43,7 @@ import (
 	"time"
 
 	"github.com/orderguard/idempotency"
+	"github.com/orderguard/idempotency/examples/orderservice"
 )
 
 const famFloor = "claim-floor"
@@ -60,12 +66,50 @@ func (r *runner) runFloor(ctx context.Context, f *family) error {
 		{"claim-first", fl.op(true, true, fl.claim)},
 		{"claim only (no finish)", fl.op(true, false, fl.claim)},
 		{"claim-first, batched claims", fl.op(true, true, fl.batch.claim)},
+		{"claim-first, minimal record", fl.minimal},
+	}
+	if err := fl.createMinimal(ctx); err != nil {
+		return err
 	}
 	for _, v := range variants {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 		r.measureAgainst(nil, f.probe, famFloor, c, 0, "B0", opTarget(bare), "B1", v.name, opTarget(v.op))
+	}
+	// Over HTTP, where issue 37's targets are set: the example service's
+	// claim-first with the real record, and with the minimal one (a store
+	// whose claim and finish touch floorMinimalTable), each against the
+	// bare create served the same way.
+	if ctx.Err() == nil {
+		base, err := f.baselineTarget()
+		if err != nil {
+			return err
+		}
+		cfg := idempotency.Config{Mode: idempotency.ModeClaimFirst}
+		full, err := f.firstTarget(cfg)
+		if err != nil {
+			return err
+		}
+		svc, err := orderservice.New(f.db, orderservice.Options{Idempotency: true, Config: cfg,
+			Store: minimalStore{store, f.db}, Dialect: f.dialect})
+		if err != nil {
+			return err
+		}
+		url, err := f.serveHTTP(svc)
+		if err != nil {
+			return err
+		}
+		minimal := target{url: url, gen: genNewKey, wantStatus: http.StatusCreated, keyHeader: "Idempotency-Key"}
+		for _, v := range []struct {
+			name string
+			t    target
+		}{{"claim-first", full}, {"claim-first, minimal record", minimal}} {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			r.measureAgainst(f.client, f.probe, famFloor, c, 0, "H0", base, "H1", v.name, v.t)
+		}
 	}
 	if b := fl.batch; b.batches.Load() > 0 {
 		r.note("%s: batched claims averaged %.1f claims per INSERT at c=%d", famFloor,
@@ -167,6 +211,84 @@ func (fl *floor) singlePhase(ctx context.Context, w *worker) error {
 	return tx.Commit()
 }
 
+// floorMinimalTable is the smallest record a fenced claim can have: the
+// key, a status the finish moves, and the owner that fences it.
+const floorMinimalTable = "idembench_minimal_record"
+
+func (fl *floor) createMinimal(ctx context.Context) error {
+	if _, err := fl.db.ExecContext(ctx, `DROP TABLE IF EXISTS `+floorMinimalTable); err != nil {
+		return err
+	}
+	_, err := fl.db.ExecContext(ctx, `CREATE TABLE `+floorMinimalTable+` (
+  scope           VARBINARY(255) NOT NULL,
+  idempotency_key VARBINARY(255) NOT NULL,
+  status          TINYINT        NOT NULL,
+  locked_by       VARBINARY(128) NOT NULL,
+  PRIMARY KEY (scope, idempotency_key)
+) ENGINE=InnoDB`)
+	return err
+}
+
+// minimal is claim-first on floorMinimalTable: the claim commits on its
+// own, the finish is fenced by owner and status inside the create's
+// transaction, as the store's are.
+func (fl *floor) minimal(ctx context.Context, w *worker) error {
+	w.n++
+	scope, key := fmt.Sprint(w.user()), w.newKey()
+	owner := "floor-" + key
+	if _, err := fl.db.ExecContext(ctx, `INSERT INTO `+floorMinimalTable+
+		` (scope, idempotency_key, status, locked_by) VALUES (?, ?, 0, ?)`, scope, key, owner); err != nil {
+		return err
+	}
+	tx, err := fl.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if err := fl.create(ctx, tx, w, scope, key); err != nil {
+		return err
+	}
+	res, err := tx.ExecContext(ctx, `UPDATE `+floorMinimalTable+
+		` SET status = 1 WHERE scope = ? AND idempotency_key = ? AND locked_by = ? AND status = 0`, scope, key, owner)
+	if err != nil {
+		return err
+	}
+	if n, err := res.RowsAffected(); err != nil || n != 1 {
+		return fmt.Errorf("minimal finish: %d rows, %v", n, err)
+	}
+	return tx.Commit()
+}
+
+// minimalStore is the real store but for a new key's two touches, which
+// go to floorMinimalTable as floor.minimal sends them: a claim-first
+// service on it pays for the smallest record a fenced claim can have. Only
+// new keys are sent to it (nothing it writes is ever looked up).
+type minimalStore struct {
+	*idempotency.SQLStore
+	db *sql.DB
+}
+
+func (s minimalStore) Claim(ctx context.Context, c idempotency.Claim) (idempotency.Lease, error) {
+	if _, err := s.db.ExecContext(ctx, `INSERT INTO `+floorMinimalTable+
+		` (scope, idempotency_key, status, locked_by) VALUES (?, ?, 0, ?)`, c.Scope, c.Key, c.Owner); err != nil {
+		return idempotency.Lease{}, err
+	}
+	return idempotency.Lease{Scope: c.Scope, Key: c.Key, Owner: c.Owner, Version: 1}, nil
+}
+
+func (s minimalStore) FinishTx(ctx context.Context, tx *sql.Tx, l idempotency.Lease, _ idempotency.Status, _ *idempotency.Snapshot, _ time.Duration) (idempotency.Lease, error) {
+	res, err := tx.ExecContext(ctx, `UPDATE `+floorMinimalTable+
+		` SET status = 1 WHERE scope = ? AND idempotency_key = ? AND locked_by = ? AND status = 0`, l.Scope, l.Key, l.Owner)
+	if err != nil {
+		return idempotency.Lease{}, err
+	}
+	if n, err := res.RowsAffected(); err != nil || n != 1 {
+		return idempotency.Lease{}, idempotency.ErrLeaseLost
+	}
+	l.Version++
+	return l, nil
+}
+
 // claimBatcher inserts concurrent claims with one multi-row INSERT in
 // autocommit: the first claim to arrive while no batch is in flight leads,
 // and takes every claim that queued meanwhile. It is a measurement of the
@@ -237,7 +359,7 @@ func (rep *Report) floorMarkdown(b *strings.Builder) {
 		return
 	}
 	fmt.Fprintf(b, "\n## Claim-first's cost by statement (%s, MariaDB)\n\n", famFloor)
-	b.WriteString("The create transaction and the record statements of the real MySQL store, driven in closed loop at the database without HTTP, each variant in slices alternating with the bare create (B0 first and last). CPU is per request: `db` is mariadbd, `go` this process (driver and load). \"claim only\" claims the record and never finishes it: not a protocol, the cost of the durable claim alone; \"batched claims\" shares one multi-row INSERT and one commit among the claims that arrive while the previous batch is in flight.\n\n")
+	b.WriteString("The create transaction and the record statements of the real MySQL store, driven in closed loop at the database without HTTP, each variant in slices alternating with the bare create (B0 first and last). CPU is per request: `db` is mariadbd, `go` this process (driver and load). \"claim only\" claims the record and never finishes it: not a protocol, the cost of the durable claim alone; \"batched claims\" shares one multi-row INSERT and one commit among the claims that arrive while the previous batch is in flight; \"minimal record\" is claim-first on the smallest record a fenced claim can have (the key, a status and the owner: no snapshot, no secondary index), the floor of the mode's shape whatever the layout.\n\n")
 	b.WriteString("| variant | c | req/s | /B0 | P99 ms | /B0 | db CPU ms/req | B0's | go CPU ms/req | B0's | round trips/req | fsync/req |\n")
 	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	var b0 *Point
@@ -246,7 +368,7 @@ func (rep *Report) floorMarkdown(b *strings.Builder) {
 			b0 = p
 			continue
 		}
-		if b0 == nil || p.BaselineRPS == 0 {
+		if b0 == nil || p.BaselineRPS == 0 || p.Bench != "B1" {
 			continue
 		}
 		fmt.Fprintf(b, "| %s | %d | %.0f | **%.2f** | %.2f | %.2f | %.3f | %.3f | %.3f | %.3f | %.2f | %.2f |\n",
@@ -255,4 +377,22 @@ func (rep *Report) floorMarkdown(b *strings.Builder) {
 			p.Server["cpu_self_ms_per_req"], b0.Server["cpu_self_ms_per_req"],
 			p.Server["round_trips"], p.Server["fsyncs"])
 	}
+	var overHTTP []*Point
+	for _, p := range pts {
+		if p.Bench == "H1" && p.BaselineRPS > 0 {
+			overHTTP = append(overHTTP, p)
+		}
+	}
+	if len(overHTTP) == 0 {
+		return
+	}
+	b.WriteString("\nThe same over HTTP, as B1 measures it: the example service in claim-first with the real record, and with a store whose claim and finish touch the minimal record instead, each alternating with the bare create served the same way (H0).\n\n")
+	b.WriteString("| over HTTP | c | req/s | /H0 | P99 ms | /H0 | db CPU ms/req | go CPU ms/req | round trips/req |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, p := range overHTTP {
+		fmt.Fprintf(b, "| %s | %d | %.0f | **%.2f** | %.2f | %.2f | %.3f | %.3f | %.2f |\n",
+			p.Variant, p.Concurrency, p.RPS, p.RPS/p.BaselineRPS, p.P99, p.P99/p.BaselineP99,
+			p.Server["cpu_db_ms_per_req"], p.Server["cpu_self_ms_per_req"], p.Server["round_trips"])
+	}
+	b.WriteString("\n")
 }
