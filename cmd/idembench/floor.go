@@ -34,6 +34,7 @@ package main
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -57,16 +58,17 @@ func (r *runner) runFloor(ctx context.Context, f *family) error {
 	fmt.Fprintf(os.Stderr, "== %s: claim-first's cost by statement, at the database (c=%d)\n", famFloor, c)
 	store := idempotency.NewMySQLStore(f.db)
 	fl := &floor{db: f.db, store: store, batch: &claimBatcher{db: f.db}}
-	bare := fl.op(false, false, nil)
+	minimal := minimalStore{store, f.db, false}
+	bare := fl.op(nil, nil)
 	variants := []struct {
 		name string
 		op   floorOp
 	}{
 		{"single-phase", fl.singlePhase},
-		{"claim-first", fl.op(true, true, fl.claim)},
-		{"claim only (no finish)", fl.op(true, false, fl.claim)},
-		{"claim-first, batched claims", fl.op(true, true, fl.batch.claim)},
-		{"claim-first, minimal record", fl.minimal},
+		{"claim-first", fl.op(store.Claim, store.FinishTx)},
+		{"claim only (no finish)", fl.op(store.Claim, nil)},
+		{"claim-first, batched claims", fl.op(fl.batch.claim, store.FinishTx)},
+		{"claim-first, minimal record", fl.op(minimal.Claim, minimal.FinishTx)},
 	}
 	if err := fl.createMinimal(ctx); err != nil {
 		return err
@@ -78,8 +80,9 @@ func (r *runner) runFloor(ctx context.Context, f *family) error {
 		r.measureAgainst(nil, f.probe, famFloor, c, 0, "B0", opTarget(bare), "B1", v.name, opTarget(v.op))
 	}
 	// Over HTTP, where issue 37's targets are set: the example service's
-	// claim-first with the real record, and with the minimal one (a store
-	// whose claim and finish touch floorMinimalTable), each against the
+	// claim-first with the real record, with the minimal one (a store
+	// whose claim and finish touch floorMinimalTable), and with the minimal
+	// one that also keeps the fingerprint and the answer, each against the
 	// bare create served the same way.
 	if ctx.Err() == nil {
 		base, err := f.baselineTarget()
@@ -91,20 +94,27 @@ func (r *runner) runFloor(ctx context.Context, f *family) error {
 		if err != nil {
 			return err
 		}
-		svc, err := orderservice.New(f.db, orderservice.Options{Idempotency: true, Config: cfg,
-			Store: minimalStore{store, f.db}, Dialect: f.dialect})
+		on := func(st minimalStore) (target, error) {
+			svc, err := orderservice.New(f.db, orderservice.Options{Idempotency: true, Config: cfg, Store: st, Dialect: f.dialect})
+			if err != nil {
+				return target{}, err
+			}
+			url, err := f.serveHTTP(svc)
+			return target{url: url, gen: genNewKey, wantStatus: http.StatusCreated, keyHeader: "Idempotency-Key"}, err
+		}
+		onMinimal, err := on(minimal)
 		if err != nil {
 			return err
 		}
-		url, err := f.serveHTTP(svc)
+		onReplayable, err := on(minimalStore{store, f.db, true})
 		if err != nil {
 			return err
 		}
-		minimal := target{url: url, gen: genNewKey, wantStatus: http.StatusCreated, keyHeader: "Idempotency-Key"}
 		for _, v := range []struct {
 			name string
 			t    target
-		}{{"claim-first", full}, {"claim-first, minimal record", minimal}} {
+		}{{"claim-first", full}, {"claim-first, minimal record", onMinimal},
+			{"claim-first, minimal record with the fingerprint and the answer", onReplayable}} {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
@@ -154,12 +164,13 @@ func (fl *floor) create(ctx context.Context, tx *sql.Tx, w *worker, scope, key s
 
 // op builds a variant: with claim, the record is claimed first; with
 // finish, it is finished (fenced) inside the business transaction.
-func (fl *floor) op(claimFirst, finish bool, claim func(ctx context.Context, c idempotency.Claim) (idempotency.Lease, error)) floorOp {
+func (fl *floor) op(claim func(context.Context, idempotency.Claim) (idempotency.Lease, error),
+	finish func(context.Context, *sql.Tx, idempotency.Lease, idempotency.Status, *idempotency.Snapshot, time.Duration) (idempotency.Lease, error)) floorOp {
 	return func(ctx context.Context, w *worker) error {
 		w.n++
 		scope, key := fmt.Sprint(w.user()), w.newKey()
 		var lease idempotency.Lease
-		if claimFirst {
+		if claim != nil {
 			var err error
 			lease, err = claim(ctx, fl.claimFor(scope, key))
 			if err != nil {
@@ -174,9 +185,9 @@ func (fl *floor) op(claimFirst, finish bool, claim func(ctx context.Context, c i
 		if err := fl.create(ctx, tx, w, scope, key); err != nil {
 			return err
 		}
-		if finish {
+		if finish != nil {
 			snap := &idempotency.Snapshot{StatusCode: 201, Body: []byte(`{"order_no":"x"}`)}
-			if _, err := fl.store.FinishTx(ctx, tx, lease, idempotency.StatusDone, snap, time.Hour); err != nil {
+			if _, err := finish(ctx, tx, lease, idempotency.StatusDone, snap, time.Hour); err != nil {
 				return err
 			}
 		}
@@ -187,10 +198,6 @@ func (fl *floor) op(claimFirst, finish bool, claim func(ctx context.Context, c i
 func (fl *floor) claimFor(scope, key string) idempotency.Claim {
 	return idempotency.Claim{Scope: scope, Key: key, Fingerprint: strings.Repeat("f", 64),
 		Owner: "floor-" + key, Lease: time.Minute, Retention: time.Hour}
-}
-
-func (fl *floor) claim(ctx context.Context, c idempotency.Claim) (idempotency.Lease, error) {
-	return fl.store.Claim(ctx, c)
 }
 
 func (fl *floor) singlePhase(ctx context.Context, w *worker) error {
@@ -212,7 +219,9 @@ func (fl *floor) singlePhase(ctx context.Context, w *worker) error {
 }
 
 // floorMinimalTable is the smallest record a fenced claim can have: the
-// key, a status the finish moves, and the owner that fences it.
+// key, a status the finish moves, and the owner that fences it; and, for
+// the replayable variant, what a 409 and a replay need besides: the
+// fingerprint and the answer.
 const floorMinimalTable = "idembench_minimal_record"
 
 func (fl *floor) createMinimal(ctx context.Context) error {
@@ -224,61 +233,54 @@ func (fl *floor) createMinimal(ctx context.Context) error {
   idempotency_key VARBINARY(255) NOT NULL,
   status          TINYINT        NOT NULL,
   locked_by       VARBINARY(128) NOT NULL,
+  -- written only by the replayable variant (minimalStore.replayable)
+  request_fingerprint VARBINARY(128) NULL,
+  response_status     SMALLINT       NULL,
+  response_headers    BLOB           NULL,
+  response_body       MEDIUMBLOB     NULL,
   PRIMARY KEY (scope, idempotency_key)
 ) ENGINE=InnoDB`)
 	return err
 }
 
-// minimal is claim-first on floorMinimalTable: the claim commits on its
-// own, the finish is fenced by owner and status inside the create's
-// transaction, as the store's are.
-func (fl *floor) minimal(ctx context.Context, w *worker) error {
-	w.n++
-	scope, key := fmt.Sprint(w.user()), w.newKey()
-	owner := "floor-" + key
-	if _, err := fl.db.ExecContext(ctx, `INSERT INTO `+floorMinimalTable+
-		` (scope, idempotency_key, status, locked_by) VALUES (?, ?, 0, ?)`, scope, key, owner); err != nil {
-		return err
-	}
-	tx, err := fl.db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	if err := fl.create(ctx, tx, w, scope, key); err != nil {
-		return err
-	}
-	res, err := tx.ExecContext(ctx, `UPDATE `+floorMinimalTable+
-		` SET status = 1 WHERE scope = ? AND idempotency_key = ? AND locked_by = ? AND status = 0`, scope, key, owner)
-	if err != nil {
-		return err
-	}
-	if n, err := res.RowsAffected(); err != nil || n != 1 {
-		return fmt.Errorf("minimal finish: %d rows, %v", n, err)
-	}
-	return tx.Commit()
-}
-
 // minimalStore is the real store but for a new key's two touches, which
-// go to floorMinimalTable as floor.minimal sends them: a claim-first
-// service on it pays for the smallest record a fenced claim can have. Only
-// new keys are sent to it (nothing it writes is ever looked up).
+// go to floorMinimalTable: the claim commits on its own, the finish is
+// fenced by owner and status inside the create's transaction, as the
+// store's are. Claim-first on it pays for the smallest record a fenced
+// claim can have. Only new keys are sent to it (nothing it writes is ever
+// looked up). With replayable it also writes the fingerprint and the
+// answer: the record less its timestamps, lease version and index.
 type minimalStore struct {
 	*idempotency.SQLStore
-	db *sql.DB
+	db         *sql.DB
+	replayable bool
 }
 
 func (s minimalStore) Claim(ctx context.Context, c idempotency.Claim) (idempotency.Lease, error) {
+	var fingerprint any
+	if s.replayable {
+		fingerprint = c.Fingerprint
+	}
 	if _, err := s.db.ExecContext(ctx, `INSERT INTO `+floorMinimalTable+
-		` (scope, idempotency_key, status, locked_by) VALUES (?, ?, 0, ?)`, c.Scope, c.Key, c.Owner); err != nil {
+		` (scope, idempotency_key, status, locked_by, request_fingerprint) VALUES (?, ?, 0, ?, ?)`,
+		c.Scope, c.Key, c.Owner, fingerprint); err != nil {
 		return idempotency.Lease{}, err
 	}
 	return idempotency.Lease{Scope: c.Scope, Key: c.Key, Owner: c.Owner, Version: 1}, nil
 }
 
-func (s minimalStore) FinishTx(ctx context.Context, tx *sql.Tx, l idempotency.Lease, _ idempotency.Status, _ *idempotency.Snapshot, _ time.Duration) (idempotency.Lease, error) {
+func (s minimalStore) FinishTx(ctx context.Context, tx *sql.Tx, l idempotency.Lease, _ idempotency.Status, snap *idempotency.Snapshot, _ time.Duration) (idempotency.Lease, error) {
+	var status, headers, body any
+	if s.replayable {
+		h, err := json.Marshal(snap.Header)
+		if err != nil {
+			return idempotency.Lease{}, err
+		}
+		status, headers, body = snap.StatusCode, h, snap.Body
+	}
 	res, err := tx.ExecContext(ctx, `UPDATE `+floorMinimalTable+
-		` SET status = 1 WHERE scope = ? AND idempotency_key = ? AND locked_by = ? AND status = 0`, l.Scope, l.Key, l.Owner)
+		` SET status = 1, response_status = ?, response_headers = ?, response_body = ?`+
+		` WHERE scope = ? AND idempotency_key = ? AND locked_by = ? AND status = 0`, status, headers, body, l.Scope, l.Key, l.Owner)
 	if err != nil {
 		return idempotency.Lease{}, err
 	}
@@ -386,7 +388,7 @@ func (rep *Report) floorMarkdown(b *strings.Builder) {
 	if len(overHTTP) == 0 {
 		return
 	}
-	b.WriteString("\nThe same over HTTP, as B1 measures it: the example service in claim-first with the real record, and with a store whose claim and finish touch the minimal record instead, each alternating with the bare create served the same way (H0).\n\n")
+	b.WriteString("\nThe same over HTTP, as B1 measures it: the example service in claim-first with the real record, with a store whose claim and finish touch the minimal record instead, and with one that also writes the fingerprint and the answer there (what a 409 and a replay need; no timestamps, lease version or secondary index), each alternating with the bare create served the same way (H0).\n\n")
 	b.WriteString("| over HTTP | c | req/s | /H0 | P99 ms | /H0 | db CPU ms/req | go CPU ms/req | round trips/req |\n")
 	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, p := range overHTTP {
