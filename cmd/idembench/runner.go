@@ -27,6 +27,7 @@ type runner struct {
 	notes    []string
 	failures []string // correctness failures: the run exits non-zero
 	cluster  *ClusterResult
+	profiles int // CPU profiles written, which numbers their files
 }
 
 func (r *runner) note(format string, args ...any) {
@@ -185,7 +186,10 @@ func (r *runner) startProfile(family, label string, conc int, records int64) fun
 	if r.opts.profileDir == "" {
 		return func() {}
 	}
-	name := fmt.Sprintf("%02d-%s-%s-c%d", len(r.points)+1, family, label, conc)
+	// Numbered by profile, not by point: the B0 slices before and after a
+	// point are profiled before either is recorded.
+	r.profiles++
+	name := fmt.Sprintf("%03d-%s-%s-c%d", r.profiles, family, label, conc)
 	if records > 0 {
 		name += "-" + humanCount(records)
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -93,5 +94,22 @@ func TestMergeRuns_WeighsRunsBySeconds(t *testing.T) {
 	if p.RPS != 50 || p.BaselineRPS != 125 || p.Errors != 2 || p.FirstError != "x" || p.Statuses["doubles"] != 1 ||
 		p.Server["run_rps_min"] != 33 || p.Server["run_rps_max"] != 100 {
 		t.Fatalf("merged %+v (server %v)", p, p.Server)
+	}
+}
+
+// Every profile gets a file of its own: a point's B0 slices before and
+// after it, profiled before either is recorded, no longer share a name.
+func TestStartProfile_EachProfileItsOwnFile(t *testing.T) {
+	dir := t.TempDir()
+	r := &runner{opts: options{profileDir: dir}}
+	for range 3 {
+		r.startProfile("mariadb", "B0", 16, 0)()
+	}
+	files, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) != 3 {
+		t.Fatalf("%d files for 3 profiles: %v", len(files), files)
 	}
 }
