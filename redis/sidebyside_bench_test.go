@@ -21,9 +21,10 @@ import (
 
 // BenchmarkSideBySide_NewKeyWithRedis measures new keys at concurrency 16
 // on MariaDB, each mode without Redis, with it (two calls a request:
-// MarkUnlessReplay, PutReplayAndUnmark), and with the four calls a request
+// MarkUnlessReplay, PutReplayAndUnmark), with the four calls a request
 // made before (GetReplay, MarkInFlight, PutReplay, UnmarkInFlight, through
-// fourCalls), in the same run: the variants take turns in slices of a
+// fourCalls), and with two PINGs in their place (twoPings: the floor of two
+// round trips), in the same run: the variants take turns in slices of a
 // second, each round starting with the next. One op is one round:
 //
 //	go test -run '^$' -bench SideBySide -benchtime 10x
@@ -76,6 +77,7 @@ func BenchmarkSideBySide_NewKeyWithRedis(b *testing.B) {
 			&variant{name: base, base: base, h: service(mode, nil)},
 			&variant{name: mode.String() + "/redis", base: base, h: service(mode, cache)},
 			&variant{name: mode.String() + "/redis-4-calls", base: base, h: service(mode, fourCalls{cache})},
+			&variant{name: mode.String() + "/two-pings", base: base, h: service(mode, twoPings{cache})},
 		)
 	}
 	for i := 0; i < b.N; i++ {
@@ -128,6 +130,22 @@ func (f fourCalls) PutReplayAndUnmark(ctx context.Context, rec *idempotency.Reco
 		f.PutReplay(ctx, rec, ttl)
 	}
 	f.UnmarkInFlight(ctx, m)
+}
+
+// twoPings is the floor of two calls a request: a PING where the Cache
+// sends MarkUnlessReplay's script and another where it sends
+// PutReplayAndUnmark's, with no replay found, nothing marked and nothing
+// stored. Two round trips to Redis, and Redis's cheapest command, on the
+// same cores as the rest.
+type twoPings struct{ *Cache }
+
+func (p twoPings) MarkUnlessReplay(ctx context.Context, _ idempotency.InFlightMarker, _ time.Duration) (*idempotency.Record, time.Duration, *idempotency.InFlightMarker, bool) {
+	p.client.Ping(ctx)
+	return nil, 0, nil, true
+}
+
+func (p twoPings) PutReplayAndUnmark(ctx context.Context, _ *idempotency.Record, _ time.Duration, _ idempotency.InFlightMarker) {
+	p.client.Ping(ctx)
 }
 
 var benchKeys atomic.Int64

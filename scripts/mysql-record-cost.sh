@@ -21,6 +21,8 @@
 #     plain sql.Open pool sends it;
 #   - claim-first: the claim INSERT in autocommit, then the create with the
 #     fenced finish UPDATE before the COMMIT;
+#   - claim-first and single-phase (batched) without adaptMySQL's
+#     SET STATEMENT prefix: what the prefix costs;
 #   - single-phase (batched) without the (status, expires_at) index, and
 #     with a table holding only the key (its primary key) instead of the
 #     record.
@@ -100,6 +102,7 @@ import (
 	"fmt"
 	"log"
 	mrand "math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -142,7 +145,7 @@ func main() {
 		headers := []byte(`{"Content-Type":["application/json"],"Location":["/orders/` + orderNo + `"]}`)
 		body := []byte(fmt.Sprintf(`{"order_no":"%s","user_id":7,"sku_id":%d,"quantity":1,"coupon_id":null,"unit_price_cents":%d,"discount_cents":0,"total_cents":%d,"currency":"CNY","status":"CREATED"}`,
 			orderNo, sku, price, price))
-		if *variant == "claim-first" && exec(claim, scope, key, fp, owner, lease, retention) != 1 {
+		if strings.HasPrefix(*variant, "claim-first") && exec(claim, scope, key, fp, owner, lease, retention) != 1 {
 			log.Fatal("claim inserted nothing")
 		}
 		exec("START TRANSACTION")
@@ -163,11 +166,17 @@ func main() {
 		case "separate":
 			exec(off+insertFinal, record...)
 			exec("COMMIT")
-		case "claim-first":
-			if exec(off+finish, "DONE", 201, headers, body, retention, scope, key, owner, int64(1)) != 1 {
+		case "claim-first", "claim-first-no-prefix":
+			prefix := off
+			if *variant == "claim-first-no-prefix" {
+				prefix = ""
+			}
+			if exec(prefix+finish, "DONE", 201, headers, body, retention, scope, key, owner, int64(1)) != 1 {
 				log.Fatal("finish fenced")
 			}
 			exec("COMMIT")
+		case "batched-no-prefix":
+			exec(insertFinal+";\nCOMMIT", record...)
 		case "key-only":
 			exec("INSERT INTO key_only (scope, idempotency_key) VALUES (?, ?);\nCOMMIT", scope, key)
 		default:
@@ -310,6 +319,8 @@ per "bare create (B0)" bare
 per "single-phase record, INSERT then COMMIT" separate
 per "single-phase record, INSERT;COMMIT batched" batched
 per "claim-first: claim, create, finish UPDATE" claim-first
+per "claim-first, finish without SET STATEMENT" claim-first-no-prefix
+per "single-phase batched, without SET STATEMENT" batched-no-prefix
 sql bench -e 'ALTER TABLE idempotency_record DROP INDEX idx_idempotency_record_status_expiry'
 per "single-phase batched, no (status, expires_at)" batched
 per "key only (primary key), INSERT;COMMIT batched" key-only
