@@ -72,7 +72,9 @@ func New(js jetstream.JetStream, cons jetstream.Consumer, cfg Config) (*Consumer
 // Run consumes until ctx ends, or the consumer is gone. It returns once
 // every message it took is settled; a message it had taken and not begun,
 // whether waiting for a worker or still in the client's prefetch buffer,
-// is negatively acked as soon as ctx ends, to be delivered again at once.
+// is negatively acked as soon as ctx ends, to be delivered again at once
+// (after one request for the consumer's info, which may hold shutdown up
+// to 5 s if the server does not answer: see forgetPullRequests).
 // A lost connection is nats.go's to restore meanwhile (see
 // nats.MaxReconnects).
 func (c *Consumer) Run(ctx context.Context) error {
@@ -121,10 +123,11 @@ func (c *Consumer) Run(ctx context.Context) error {
 // the drained iterator still yields instead, and naks them when it is
 // done: the server delivers a message naked while this client's pull
 // request still stands straight back to it, one more delivery counted.
-// Nothing is naked before forgetPullRequests: read's own naks come after
-// it, and Run's hand-back of what waits in in only once in is closed,
-// which read does last, so that Run, which waits for the hand-back,
-// returns only once read's naks are sent too.
+// No message not begun is naked before forgetPullRequests (a worker may
+// still nak its own, settling it): read's own naks come after it, and
+// Run's hand-back of what waits in in only once in is closed, which read
+// does last, so that Run, which waits for the hand-back, returns only once
+// read's naks are sent too.
 func (c *Consumer) read(ctx context.Context, it jetstream.MessagesContext, in chan<- queue.Delivery, ended chan<- error) {
 	var notBegun []jetstream.Msg
 	defer func() {

@@ -68,8 +68,8 @@ func (p *Processor) Run(ctx context.Context, in <-chan Delivery) {
 
 // take waits for a delivery, then takes those that are waiting behind it,
 // up to Config.BatchSize: a batch never waits to fill. Once ctx has ended
-// it takes nothing, even with deliveries waiting (select would pick among
-// ready cases at random): those are the front-end's to hand back.
+// it takes nothing more, even with deliveries waiting (select would pick
+// among ready cases at random): those are the front-end's to hand back.
 func (p *Processor) take(ctx context.Context, in <-chan Delivery) []Delivery {
 	if ctx.Err() != nil {
 		return nil
@@ -84,7 +84,7 @@ func (p *Processor) take(ctx context.Context, in <-chan Delivery) []Delivery {
 		}
 		batch = append(batch, d)
 	}
-	for len(batch) < p.cfg.BatchSize {
+	for len(batch) < p.cfg.BatchSize && ctx.Err() == nil {
 		select {
 		case d, ok := <-in:
 			if !ok {

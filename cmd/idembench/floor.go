@@ -35,6 +35,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -289,6 +290,28 @@ func (s minimalStore) FinishTx(ctx context.Context, tx *sql.Tx, l idempotency.Le
 	}
 	l.Version++
 	return l, nil
+}
+
+// errMinimalOnly refuses what minimalStore does not measure: the real
+// store's other writes would touch the real table, not the minimal one.
+var errMinimalOnly = errors.New("idembench: the minimal record serves new keys only")
+
+func (minimalStore) Finish(context.Context, idempotency.Lease, idempotency.Status, *idempotency.Snapshot, time.Duration) (idempotency.Lease, error) {
+	return idempotency.Lease{}, errMinimalOnly
+}
+
+func (minimalStore) Release(context.Context, idempotency.Lease) error { return errMinimalOnly }
+
+func (minimalStore) Extend(context.Context, idempotency.Lease, time.Duration) (idempotency.Lease, error) {
+	return idempotency.Lease{}, errMinimalOnly
+}
+
+func (minimalStore) InsertFinal(context.Context, *sql.Tx, idempotency.Claim, idempotency.Status, *idempotency.Snapshot) error {
+	return errMinimalOnly
+}
+
+func (minimalStore) TakeOver(context.Context, idempotency.Claim, idempotency.Lease) (idempotency.Lease, error) {
+	return idempotency.Lease{}, errMinimalOnly
 }
 
 // claimBatcher inserts concurrent claims with one multi-row INSERT in

@@ -72,8 +72,8 @@ func TestQueueFamily_OneOrderAMessageProtected(t *testing.T) {
 	seen := map[string]bool{}
 	for _, p := range r.points {
 		seen[p.label()] = true
-		if p.Errors > 0 { // run sets it when the orders made are not the orders wanted
-			t.Errorf("%s: %s", p.label(), p.FirstError)
+		if p.Requests == 0 || p.Errors > 0 { // run sets Errors when the orders made are not the orders wanted
+			t.Errorf("%s: %d messages, %s", p.label(), p.Requests, p.FirstError)
 		}
 	}
 	for _, broker := range []string{"nats", "amqp"} {
@@ -82,5 +82,60 @@ func TestQueueFamily_OneOrderAMessageProtected(t *testing.T) {
 				t.Errorf("no point %q among %v", v, seen)
 			}
 		}
+	}
+}
+
+// The claim-floor family measures claim-first on the real record and on the
+// minimal ones, at the database and over HTTP: every variant answers
+// without an error, and the minimal variants write to their own table,
+// never to idempotency_record, so what they measure is that table alone.
+func TestFloorFamily_MinimalVariantsWriteOnlyTheMinimalRecord(t *testing.T) {
+	t.Parallel()
+	opts, err := parseOptions([]string{"-quick", "-floor", "-duration", "300ms", "-warmup", "100ms"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.slices = 1
+	f := testMariaDB(t, opts, "test_floor")
+	r := &runner{opts: opts}
+	if err := r.runFloor(context.Background(), f); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.failures) > 0 {
+		t.Fatalf("failures: %q", r.failures)
+	}
+	var minimal int64
+	seen := map[string]bool{}
+	for _, p := range r.points {
+		seen[p.label()] = true
+		if p.Requests == 0 || p.Errors > 0 {
+			t.Errorf("%s: %d requests, %d failed (first: %s)", p.label(), p.Requests, p.Errors, p.FirstError)
+		}
+		if strings.Contains(p.Variant, "minimal record") {
+			minimal += p.Requests
+		}
+	}
+	for _, want := range []string{"B1 claim-first, minimal record", "H1 claim-first",
+		"H1 claim-first, minimal record", "H1 claim-first, minimal record with the fingerprint and the answer"} {
+		if !seen[want] {
+			t.Errorf("no point %q among %v", want, seen)
+		}
+	}
+	ctx := context.Background()
+	var rows, replayable int64
+	if err := f.db.QueryRowContext(ctx, `SELECT COUNT(*), COUNT(response_body) FROM `+floorMinimalTable).Scan(&rows, &replayable); err != nil {
+		t.Fatal(err)
+	}
+	// Every minimal request committed its row (warm-ups add more); the
+	// replayable variant's rows carry the answer, the others' none.
+	if rows < minimal || replayable == 0 || replayable == rows {
+		t.Errorf("%d rows in %s (%d with an answer) for %d measured minimal requests", rows, floorMinimalTable, replayable, minimal)
+	}
+	var real int64
+	if err := f.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM idempotency_record WHERE idempotency_key IN (SELECT idempotency_key FROM `+floorMinimalTable+`)`).Scan(&real); err != nil {
+		t.Fatal(err)
+	}
+	if real != 0 {
+		t.Errorf("%d keys of the minimal variants in idempotency_record", real)
 	}
 }

@@ -132,7 +132,7 @@ type resetsAnswer struct {
 
 const resetsKeepAnswers = 8
 
-func (a resetsAnswer) String(settleStart time.Time) string {
+func (a resetsAnswer) line(settleStart time.Time) string {
 	phase := "settle"
 	if a.during {
 		phase = "resets"
@@ -405,7 +405,7 @@ func (e *resetsEngine) settle() {
 	for range 8 {
 		wg.Go(func() {
 			for k := range work {
-				for !e.try(k, client, url, false) && e.settling() {
+				for e.settling() && !e.try(k, client, url, false) {
 					time.Sleep(100 * time.Millisecond)
 				}
 			}
@@ -514,7 +514,7 @@ func (e *resetsEngine) explainUnanswered(t *testing.T) map[*resetsKey]string {
 		e.mu.Lock()
 		var seen []string
 		for _, a := range k.answers {
-			seen = append(seen, a.String(e.settleStart))
+			seen = append(seen, a.line(e.settleStart))
 		}
 		e.mu.Unlock()
 		why[k] = fmt.Sprintf("\n    record after settle: %s\n    last %d answers:\n      %s",
@@ -534,7 +534,7 @@ func (e *resetsEngine) explainUnanswered(t *testing.T) map[*resetsKey]string {
 				sent := time.Now()
 				a := k.create.send(client, url)
 				tries++
-				last = resetsAnswer{sent: sent, took: time.Since(sent), what: a.describe()}.String(e.settleStart)
+				last = resetsAnswer{sent: sent, took: time.Since(sent), what: a.describe()}.line(e.settleStart)
 				if a.err == nil && a.status == http.StatusCreated {
 					mu.Lock()
 					why[k] += fmt.Sprintf("\n    probe: answered 201 %.2fs after settle ended (try %d: %s); record now: %s\n",
@@ -556,7 +556,7 @@ func (e *resetsEngine) explainUnanswered(t *testing.T) map[*resetsKey]string {
 
 var resetsCharCast = regexp.MustCompile(`AS CHAR\(\d+\)\)`)
 
-// rebind turns ? placeholders into PostgreSQL's $n for a PostgreSQL engine.
+// rebind turns ? placeholders into PostgreSQL's $n for a PostgreSQL engine,
 // and CAST(… AS CHAR(n)) into a cast to text, unpadded.
 func (e *resetsEngine) rebind(q string) string {
 	if !e.pg {
