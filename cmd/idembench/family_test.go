@@ -21,3 +21,17 @@ func testMariaDB(t *testing.T, opts options, label string) *family {
 	t.Cleanup(f.close)
 	return f
 }
+
+// runFamily runs a family's measurements with opts over f, as main would,
+// and fails the test on an error or a correctness failure.
+func runFamily(t *testing.T, opts options, f *family, run func(*runner, context.Context, *family) error) *runner {
+	t.Helper()
+	r := &runner{opts: opts}
+	if err := run(r, context.Background(), f); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.failures) > 0 {
+		t.Fatalf("failures: %q", r.failures)
+	}
+	return r
+}

@@ -22,13 +22,7 @@ func TestGRPCFamily_EveryCallAnswersRight(t *testing.T) {
 	}
 	opts.concurrency = []int{4}
 	f := testMariaDB(t, opts, "test_grpc")
-	r := &runner{opts: opts}
-	if err := r.runGRPC(context.Background(), f); err != nil {
-		t.Fatal(err)
-	}
-	if len(r.failures) > 0 {
-		t.Fatalf("failures: %q", r.failures)
-	}
+	r := runFamily(t, opts, f, (*runner).runGRPC)
 	var labels []string
 	for _, p := range r.points {
 		labels = append(labels, p.label())
@@ -62,13 +56,7 @@ func TestQueueFamily_OneOrderAMessageProtected(t *testing.T) {
 		}
 	}
 	f := testMariaDB(t, opts, "test_queue")
-	r := &runner{opts: opts}
-	if err := r.runQueue(context.Background(), f); err != nil {
-		t.Fatal(err)
-	}
-	if len(r.failures) > 0 {
-		t.Fatalf("failures: %q", r.failures)
-	}
+	r := runFamily(t, opts, f, (*runner).runQueue)
 	seen := map[string]bool{}
 	for _, p := range r.points {
 		seen[p.label()] = true
@@ -97,13 +85,7 @@ func TestFloorFamily_MinimalVariantsWriteOnlyTheMinimalRecord(t *testing.T) {
 	}
 	opts.slices = 1
 	f := testMariaDB(t, opts, "test_floor")
-	r := &runner{opts: opts}
-	if err := r.runFloor(context.Background(), f); err != nil {
-		t.Fatal(err)
-	}
-	if len(r.failures) > 0 {
-		t.Fatalf("failures: %q", r.failures)
-	}
+	r := runFamily(t, opts, f, (*runner).runFloor)
 	var minimal int64
 	seen := map[string]bool{}
 	for _, p := range r.points {

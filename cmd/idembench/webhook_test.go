@@ -1,9 +1,6 @@
 package main
 
-import (
-	"context"
-	"testing"
-)
+import "testing"
 
 // The webhook family pays every order exactly once through the protected
 // webhook and through the state machine without the record, also in a
@@ -12,19 +9,12 @@ import (
 // CI.
 func TestWebhookFamily_ProtectedAppliesEveryEventOnce(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	opts, err := parseOptions([]string{"-quick", "-webhook-events", "40", "-webhook-senders", "8"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	f := testMariaDB(t, opts, "test_webhook")
-	r := &runner{opts: opts}
-	if err := r.runWebhook(ctx, f); err != nil {
-		t.Fatal(err)
-	}
-	if len(r.failures) > 0 {
-		t.Fatalf("failures: %q", r.failures)
-	}
+	r := runFamily(t, opts, f, (*runner).runWebhook)
 	got := map[string]*Point{}
 	for _, p := range r.points {
 		got[p.label()] = p
